@@ -1,0 +1,165 @@
+"""Batches: padded stacks of Fsas, and mapping an op over the batch axes."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from semiring_jax._src import checks
+from semiring_jax._src.fsa import Fsa, Schedule, assemble
+from semiring_jax._src.host import build, schedule
+
+__all__ = ["stack", "unstack", "map_batch"]
+
+
+def map_batch(fn: Callable[..., Any], fsa: Fsa, *args: Any) -> Any:
+    """`fn(fsa, *args)` on each entry of a batched Fsa (vmap), or directly."""
+    mapped = fn
+    for _ in fsa.batch_shape:
+        mapped = jax.vmap(mapped, in_axes=(0,) + (None,) * len(args))
+    return mapped(fsa, *args)
+
+
+def _bucket(size: int) -> int:
+    """The next size on the ladder 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, ..."""
+    if size <= 2:
+        return max(size, 1)
+    power = 2 ** math.floor(math.log2(size))
+    return power if size == power else (power * 3 // 2 if size <= power * 3 // 2 else power * 2)
+
+
+def _pad(values: Any, size: int, fill: Any) -> Any:
+    """`values` [N] padded with `fill` to [size]; stays numpy unless JAX."""
+    xp = jnp if isinstance(values, jax.Array) else np
+    return xp.concatenate([values, xp.full((size - values.shape[0],), fill, values.dtype)])
+
+
+def _stack_leaves(values: Sequence[Any]) -> Any:
+    xp = jnp if any(isinstance(v, jax.Array) for v in values) else np
+    return xp.stack(values)
+
+
+def stack(fsas: Sequence[Fsa], *, bucket: bool = False) -> Fsa:
+    """Pads Fsas to common sizes and stacks them into a batched Fsa.
+
+    Padding (states, arcs, schedule slots) comes after the real entries and
+    never changes a result or a gradient. Structure must be concrete;
+    weights may be traced (e.g. `fsa.replace(weight=w)` inside `jax.jit`).
+
+    Args:
+      fsas: unbatched Fsas, all acceptors or all transducers, one dtype.
+      bucket: round every padded size up the ladder 1, 2, 3, 4, 6, 8, 12,
+        16, ... so that a training loop compiles few distinct programs.
+    Returns:
+      A batched Fsa, batch_shape (B,).
+    Raises:
+      TypeError: if an entry is not an Fsa.
+      ValueError: for an empty list, a batched entry, or entries whose
+        kinds (acceptor/transducer) or dtypes differ; naming the entry.
+    Examples:
+      >>> import semiring_jax as sj
+      >>> batch = sj.stack([sj.linear_fsa([1, 2, 3]), sj.linear_fsa([4])])
+      >>> batch.batch_shape, batch.num_states, batch.num_arcs
+      ((2,), 4, 3)
+      >>> print(sj.tot_score(batch))
+      [0. 0.]
+    """
+    fsas = list(fsas)
+    if not fsas:
+        raise ValueError("stack: needs at least one Fsa, got an empty sequence")
+    for i, fsa in enumerate(fsas):
+        if not isinstance(fsa, Fsa):
+            raise TypeError(f"stack: fsas[{i}] is a {type(fsa).__name__}, not an Fsa")
+        if fsa.batch_shape:
+            raise ValueError(f"stack: fsas[{i}] is already batched "
+                             f"(batch_shape={fsa.batch_shape}); unstack it first")
+        if fsa.is_acceptor != fsas[0].is_acceptor:
+            kinds = ["a transducer", "an acceptor"]
+            raise ValueError(f"stack: fsas[{i}] is {kinds[fsa.is_acceptor]} but fsas[0] is "
+                             f"{kinds[fsas[0].is_acceptor]}")
+        if fsa.dtype != fsas[0].dtype:
+            raise ValueError(f"stack: fsas[{i}] has {fsa.dtype} weights but fsas[0] has "
+                             f"{fsas[0].dtype}")
+    structures = [_host_structure(fsa, "stack") for fsa in fsas]
+    num_states = max(fsa.num_states for fsa in fsas)
+    num_arcs = max(fsa.num_arcs for fsa in fsas)
+    shapes = [schedule.schedule_shape(f.num_states, s[0][s[2]], s[1][s[2]])
+              for f, s in zip(fsas, structures)]
+    shape = None
+    if all(s is not None for s in shapes):
+        shape = shapes[0]
+        for other in shapes[1:]:
+            shape = shape.maximum(other)
+    if bucket:
+        num_states, num_arcs = _bucket(num_states), _bucket(num_arcs)
+        shape = None if shape is None else schedule.ScheduleShape(*map(_bucket, shape))
+    padded = []
+    for fsa, (src, dst, arc_mask) in zip(fsas, structures):
+        arrays = build.ArcArrays(
+            num_states, _pad(src, num_arcs, 0), _pad(dst, num_arcs, 0),
+            _pad(np.asarray(fsa.ilabel), num_arcs, 0), _pad(np.asarray(fsa.olabel), num_arcs, 0),
+            _pad(fsa.weight, num_arcs, -np.inf), _pad(fsa.final_weight, num_states, -np.inf),
+            fsa.is_acceptor)
+        real_sizes = checks.concrete(fsa.schedule.real_sizes, "schedule", "stack")
+        entry = assemble(arrays, arc_mask=_pad(arc_mask, num_arcs, False), shape=shape,
+                         real_sizes=tuple(real_sizes))
+        padded.append(entry)
+    cycle = next((entry.cycle for entry in padded if entry.cycle), ())
+    if cycle:  # one cyclic entry: no schedule for anyone, score ops refuse it
+        padded = [entry if entry.cycle else _without_schedule(entry) for entry in padded]
+    leaves = jax.tree_util.tree_map(lambda *values: _stack_leaves(values),
+                                    *[_dropped_meta(entry) for entry in padded])
+    return Fsa(**leaves, cycle=cycle, is_acceptor=fsas[0].is_acceptor)
+
+
+def _dropped_meta(fsa: Fsa) -> dict[str, Any]:
+    fields = dict(src=fsa.src, dst=fsa.dst, ilabel=fsa.ilabel, olabel=fsa.olabel,
+                  weight=fsa.weight, final_weight=fsa.final_weight, arc_mask=fsa.arc_mask,
+                  schedule=fsa.schedule)
+    return fields
+
+
+def _without_schedule(fsa: Fsa) -> Fsa:
+    tables = schedule.empty_schedule_arrays(fsa.num_states, fsa.num_arcs)
+    return Fsa(**{**_dropped_meta(fsa),
+                  "schedule": Schedule(**tables, real_sizes=fsa.schedule.real_sizes)},
+               cycle=(), is_acceptor=fsa.is_acceptor)
+
+
+def _host_structure(fsa: Fsa, fn: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return (checks.concrete(fsa.src, "src", fn).astype(np.int32),
+            checks.concrete(fsa.dst, "dst", fn).astype(np.int32),
+            checks.concrete(fsa.arc_mask, "arc_mask", fn).astype(bool))
+
+
+def unstack(batch: Fsa) -> list[Fsa]:
+    """Splits a batched Fsa into its entries, undoing `stack`'s padding.
+
+    Args:
+      batch: an Fsa with batch_shape (B,).
+    Returns:
+      A list of B unbatched Fsas with their original sizes.
+    Raises:
+      ValueError: if `batch` is not batched along exactly one axis.
+    Examples:
+      >>> import semiring_jax as sj
+      >>> entries = sj.unstack(sj.stack([sj.linear_fsa([1, 2, 3]), sj.linear_fsa([4])]))
+      >>> [entry.num_arcs for entry in entries]
+      [3, 1]
+    """
+    if len(batch.batch_shape) != 1:
+        raise ValueError(f"unstack: expects batch_shape (B,), got {batch.batch_shape}")
+    src, dst, arc_mask = _host_structure(batch, "unstack")
+    sizes = checks.concrete(batch.schedule.real_sizes, "schedule", "unstack")
+    entries = []
+    for b, (num_states, num_arcs) in enumerate(sizes.tolist()):
+        arrays = build.ArcArrays(
+            num_states, src[b, :num_arcs], dst[b, :num_arcs],
+            np.asarray(batch.ilabel[b, :num_arcs]), np.asarray(batch.olabel[b, :num_arcs]),
+            batch.weight[b, :num_arcs], batch.final_weight[b, :num_states], batch.is_acceptor)
+        entries.append(assemble(arrays, arc_mask=arc_mask[b, :num_arcs]))
+    return entries

@@ -1,0 +1,87 @@
+"""The best (TROPICAL) path of an FSA, as a linear Fsa (traced)."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from semiring_jax._src import recursions
+from semiring_jax._src.batch import map_batch
+from semiring_jax._src.fsa import Fsa, assemble
+from semiring_jax._src.host import build
+from semiring_jax._src.semiring import TROPICAL
+from semiring_jax._src.tot_score import check_scorable
+
+__all__ = ["best_path"]
+
+
+@functools.lru_cache(maxsize=64)
+def _chain(num_states: int, is_acceptor: bool) -> Fsa:
+    """A chain 0 -> 1 -> ... of `num_states` states: the result's structure."""
+    steps = np.arange(num_states - 1, dtype=np.int32)
+    zeros = np.zeros(num_states - 1, np.float32)
+    return assemble(build.ArcArrays(num_states, steps, steps + 1, steps, steps, zeros,
+                                    np.zeros(num_states, np.float32), is_acceptor))
+
+
+def _best_path_one(fsa: Fsa) -> Fsa:
+    schedule = fsa.schedule
+    levels, width = schedule.pos_state.shape
+    alpha = recursions.forward_positions(TROPICAL, schedule, fsa.weight)
+    on_path, stop = recursions.path_gradients(TROPICAL, schedule, fsa.weight,
+                                              fsa.final_weight, alpha)
+    on_path = on_path > 0
+    # Levels strictly increase along a path, so sorting the path's arcs by
+    # the level of their source puts them in path order.
+    # Bucketed padding can leave fewer arc slots than L - 1: pad with
+    # off-path slots.
+    missing = max(levels - 1 - fsa.num_arcs, 0)
+    source_level = schedule.arc_src_pos // width
+    key = jnp.concatenate([jnp.where(on_path, source_level, levels),
+                           jnp.full((missing,), levels, source_level.dtype)])
+    order = jnp.argsort(key)[:levels - 1]
+    arc_mask = jnp.concatenate([on_path, jnp.zeros((missing,), bool)])[order]
+    order = jnp.minimum(order, max(fsa.num_arcs - 1, 0))
+    found = jnp.any(stop > 0)
+    final_state = jnp.argmax(stop)
+    length = jnp.sum(on_path)
+    chain = _chain(levels, fsa.is_acceptor)
+    neg_inf = jnp.asarray(-jnp.inf, fsa.weight.dtype)
+    return chain.replace(
+        ilabel=jnp.where(arc_mask, fsa.ilabel[order], 0),
+        olabel=jnp.where(arc_mask, fsa.olabel[order], 0),
+        weight=jnp.where(arc_mask, fsa.weight[order], neg_inf),
+        final_weight=jnp.where((jnp.arange(levels) == length) & found,
+                               fsa.final_weight[final_state], neg_inf))
+
+
+def best_path(fsa: Fsa) -> Fsa:
+    """The best path, as a linear Fsa with its arc and final weights.
+
+    The result has L states and L - 1 arc slots, where L is the number of
+    levels of `fsa` (so batched results share one shape); the path's arcs
+    come first, the rest are padding (`arc_mask` False, weight -inf). Its
+    `tot_score` in TROPICAL equals that of `fsa`, and its weights are
+    differentiable gathers of the input's. Ties are broken as in
+    `arc_posteriors` (TROPICAL). Where no path succeeds, no arc is real and
+    no state is final.
+
+    Args:
+      fsa: an acyclic Fsa, single or batched [B].
+    Returns:
+      A linear Fsa, batched like `fsa`.
+    Raises:
+      ValueError: if `fsa` has a cycle; the message names a state on it.
+    Examples:
+      >>> import semiring_jax as sj
+      >>> fsa = sj.Fsa.from_arcs([(0, 1, 5, 0.5), (0, 1, 6, 1.0), (1, 2, 7, 0.0)],
+      ...                        final=[2])
+      >>> path = sj.best_path(fsa)
+      >>> print(path.label, path.weight, float(sj.tot_score(path, sj.TROPICAL)))
+      [6 7] [1. 0.] 1.0
+    """
+    check_scorable(fsa, "best_path")
+    return map_batch(_best_path_one, fsa)

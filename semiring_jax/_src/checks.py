@@ -1,0 +1,45 @@
+"""Argument checks shared by the public functions; each names its culprit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+
+__all__ = ["is_traced", "concrete", "check_float_dtype", "check_shape"]
+
+
+def is_traced(value: Any) -> bool:
+    """True if `value` is an abstract JAX value (inside jit, vmap or grad)."""
+    return isinstance(value, jax.core.Tracer)
+
+
+def concrete(value: Any, name: str, fn: str) -> np.ndarray:
+    """`value` as a numpy array; a clear error if it is traced."""
+    if is_traced(value):
+        raise ValueError(
+            f"{fn}: {name} is a traced value; {fn} works on the host from concrete "
+            f"structure, so call it outside jax.jit / jax.vmap / jax.grad")
+    return np.asarray(value)
+
+
+def check_float_dtype(dtype: Any, name: str, fn: str) -> np.dtype:
+    """A float32 or float64 dtype, float64 only when jax_enable_x64 is on."""
+    dtype = np.dtype(dtype)
+    if dtype not in (np.float32, np.float64):
+        raise ValueError(f"{fn}: {name} must be float32 or float64, got {dtype}")
+    if dtype == np.float64 and not jax.config.jax_enable_x64:
+        raise ValueError(
+            f"{fn}: {name} is float64 but jax_enable_x64 is off; enable it with "
+            f"jax.config.update('jax_enable_x64', True) or pass float32")
+    return dtype
+
+
+def check_shape(value: Any, name: str, fn: str, expected: tuple[int, ...],
+                described: str) -> None:
+    """Raises unless `value.shape == expected` (`described`, e.g. '[A]')."""
+    shape = tuple(np.shape(value))
+    if shape != tuple(expected):
+        raise ValueError(
+            f"{fn}: {name} must have shape {described} = {tuple(expected)}, got {shape}")

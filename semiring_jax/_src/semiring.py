@@ -1,0 +1,130 @@
+"""Semirings: the (⊕, ⊗, 0̄, 1̄) structures that score recursions run in.
+
+A `Semiring` is a frozen record of pure functions. It is registered as a
+static pytree, so it can be passed to `jax.jit`-ed functions as an ordinary
+argument. Functions hash by identity: build each semiring once, at module
+level, or every fresh instance costs a recompile.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["Semiring", "LOG", "TROPICAL", "semiring"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Semiring:
+    """A semiring, given by its operations.
+
+    Build one rather than subclass it (pytree registration ignores subclasses).
+
+    Attributes:
+        name: a short name, used in messages and by `sj.semiring`.
+        plus: ⊕, elementwise on two arrays.
+        times: ⊗, elementwise on two arrays.
+        sum: ⊕-reduction, `sum(x, axis)`; the reduction of an empty axis is `zero`.
+        zero: the identity of ⊕ and annihilator of ⊗ (a Python float).
+        one: the identity of ⊗ (a Python float).
+        sum_grad: optional; `sum_grad(x, axis)` is the derivative of
+            `sum(x, axis)` with respect to each entry of `x` (same shape as `x`),
+            and it must be all zeros along a slice whose entries are all `zero`.
+            Only for semirings whose ⊗ is addition (log-domain semirings): when it
+            is given, `tot_score` gets a fast custom backward pass built on it and
+            `arc_posteriors` is defined by it; otherwise gradients come from
+            autodiff through the recursion.
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> import semiring_jax as sj
+        >>> real = sj.Semiring(name="real", plus=jnp.add, times=jnp.multiply,
+        ...                    sum=jnp.sum, zero=0.0, one=1.0)
+        >>> print(float(real.sum(jnp.array([0.5, 0.25]), axis=0)))
+        0.75
+    """
+
+    name: str
+    plus: Callable[[jax.Array, jax.Array], jax.Array]
+    times: Callable[[jax.Array, jax.Array], jax.Array]
+    sum: Callable[..., jax.Array]
+    zero: float
+    one: float
+    sum_grad: Optional[Callable[..., jax.Array]] = None
+
+    def __repr__(self) -> str:
+        return f"Semiring({self.name!r})"
+
+
+jax.tree_util.register_static(Semiring)
+
+
+def _log_sum(x: jax.typing.ArrayLike, axis: int) -> jax.Array:
+    # The max-shift is guarded so an all -inf slice gives -inf (not NaN), and
+    # its gradient is 0 there (the shift carries no gradient).
+    x = jnp.asarray(x)
+    shift = jax.lax.stop_gradient(jnp.max(x, axis=axis, keepdims=True, initial=-jnp.inf))
+    shift = jnp.where(jnp.isfinite(shift), shift, jnp.zeros_like(shift))
+    total = jnp.sum(jnp.exp(x - shift), axis=axis, keepdims=True)
+    # log(0) would make the backward pass multiply inf by 0: take the log of
+    # a safe 1 instead and select -inf with `where`, whose gradient is 0.
+    nonempty = total > 0
+    log_total = jnp.where(nonempty, jnp.log(jnp.where(nonempty, total, 1)), -jnp.inf)
+    return jnp.squeeze(log_total + shift, axis=axis)
+
+
+def _log_sum_grad(x: jax.typing.ArrayLike, axis: int) -> jax.Array:
+    # softmax; a slice that is all -inf (total -inf) gets weight 0, not NaN.
+    x = jnp.asarray(x)
+    total = jnp.expand_dims(_log_sum(x, axis), axis)
+    safe_total = jnp.where(jnp.isfinite(total), total, jnp.zeros_like(total))
+    return jnp.where(jnp.isfinite(total), jnp.exp(x - safe_total), 0.0).astype(x.dtype)
+
+
+def _max_sum(x: jax.typing.ArrayLike, axis: int) -> jax.Array:
+    return jnp.max(x, axis=axis, initial=-jnp.inf)
+
+
+def _max_sum_grad(x: jax.typing.ArrayLike, axis: int) -> jax.Array:
+    # Tie rule: the first maximal entry along `axis` wins.
+    x = jnp.asarray(x)
+    best = jnp.argmax(x, axis=axis, keepdims=True)
+    positions = jax.lax.broadcasted_iota(jnp.int32, x.shape, axis % x.ndim)
+    found = jnp.max(x, axis=axis, keepdims=True, initial=-jnp.inf) > -jnp.inf
+    return ((positions == best) & found).astype(x.dtype)
+
+
+LOG = Semiring(
+        name="log", plus=jnp.logaddexp, times=jnp.add, sum=_log_sum,
+        zero=-float("inf"), one=0.0, sum_grad=_log_sum_grad)
+"""The log semiring: ⊕ = logaddexp, ⊗ = +, 0̄ = -inf, 1̄ = 0."""
+
+TROPICAL = Semiring(
+        name="tropical", plus=jnp.maximum, times=jnp.add, sum=_max_sum,
+        zero=-float("inf"), one=0.0, sum_grad=_max_sum_grad)
+"""The tropical (max, +) semiring: 0̄ = -inf, 1̄ = 0; first maximum wins ties."""
+
+_BY_NAME = {"log": LOG, "tropical": TROPICAL}
+
+
+def semiring(name: str) -> Semiring:
+    """Looks up a built-in semiring by name.
+
+    Args:
+        name: "log" or "tropical" (case-insensitive).
+    Returns:
+        The module-level `Semiring` instance (`sj.LOG` or `sj.TROPICAL`).
+    Raises:
+        ValueError: if `name` is not a known semiring.
+    Examples:
+        >>> import semiring_jax as sj
+        >>> sj.semiring("tropical") is sj.TROPICAL
+        True
+    """
+    if not isinstance(name, str) or name.lower() not in _BY_NAME:
+        raise ValueError(
+                f"semiring: unknown semiring {name!r}; expected one of {sorted(_BY_NAME)}")
+    return _BY_NAME[name.lower()]

@@ -1,0 +1,195 @@
+"""Total, forward and backward scores and arc posteriors (jit/vmap/grad).
+
+`tot_score` is a `jax.custom_vjp` for semirings that give `sum_grad` (LOG,
+TROPICAL): the forward pass saves α and the backward pass is one more level
+scan (`recursions.path_gradients`). Other semirings are differentiated by
+plain autodiff through the recursion.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from semiring_jax._src import recursions
+from semiring_jax._src.batch import map_batch
+from semiring_jax._src.fsa import Fsa, Schedule
+from semiring_jax._src.semiring import LOG, Semiring
+
+__all__ = ["tot_score", "forward_scores", "backward_scores", "arc_posteriors",
+           "check_scorable"]
+
+
+def check_scorable(fsa: Fsa, fn: str) -> None:
+    """Raises unless `fsa` is an acyclic Fsa (checked on static metadata)."""
+    if not isinstance(fsa, Fsa):
+        raise TypeError(f"{fn}: expected an Fsa, got {type(fsa).__name__}")
+    if fsa.cycle:
+        path = " -> ".join(str(state) for state in fsa.cycle)
+        raise ValueError(
+            f"{fn}: state {fsa.cycle[0]} lies on a cycle ({path}); score recursions "
+            f"need an acyclic FSA")
+
+
+def _total(semiring: Semiring, schedule: Schedule, alpha: jax.Array,
+           final_weight: jax.Array) -> jax.Array:
+    ending = semiring.times(alpha[:-1], recursions.final_terms(
+        semiring, schedule, final_weight).reshape(-1))
+    return semiring.sum(ending, axis=0)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _tot_score_core(semiring: Semiring, schedule: Schedule, weight: jax.Array,
+                    final_weight: jax.Array) -> jax.Array:
+    alpha = recursions.forward_positions(semiring, schedule, weight)
+    return _total(semiring, schedule, alpha, final_weight)
+
+
+def _tot_score_fwd(semiring, schedule, weight, final_weight):
+    alpha = recursions.forward_positions(semiring, schedule, weight)
+    total = _total(semiring, schedule, alpha, final_weight)
+    return total, (schedule, weight, final_weight, alpha)
+
+
+def _tot_score_bwd(semiring, residuals, cotangent):
+    # | total | arc / final gradient                                  |
+    # | -inf  | exactly 0 (sum_grad gives 0 on all -inf candidates)   |
+    # | +inf  | NaN: a +inf weight is a bug and must stay visible     |
+    schedule, weight, final_weight, alpha = residuals
+    arc_grad, final_grad = recursions.path_gradients(
+        semiring, schedule, weight, final_weight, alpha)
+    return None, arc_grad * cotangent, final_grad * cotangent
+
+
+_tot_score_core.defvjp(_tot_score_fwd, _tot_score_bwd)
+
+
+def _tot_score_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
+    if semiring.sum_grad is None:
+        alpha = recursions.forward_positions(semiring, fsa.schedule, fsa.weight)
+        return _total(semiring, fsa.schedule, alpha, fsa.final_weight)
+    return _tot_score_core(semiring, fsa.schedule, fsa.weight, fsa.final_weight)
+
+
+def tot_score(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
+    """⊕ over all successful paths of the path score (arcs ⊗ final weight).
+
+    Its gradient with respect to `weight` is `arc_posteriors` (times the
+    incoming cotangent), and with respect to `final_weight` the posterior
+    (LOG) or indicator (TROPICAL) of stopping in each state. Gradients are
+    finite everywhere: a -inf total, a padding arc or an unreachable state
+    gets gradient 0. For `jax.grad` with respect to a whole Fsa, pass
+    `allow_int=True` (its index arrays get float0 gradients).
+
+    Args:
+      fsa: an acyclic Fsa, single or batched [B].
+      semiring: LOG (default), TROPICAL or any `Semiring`.
+    Returns:
+      float [] or [B]; the semiring's zero (-inf) where no path succeeds.
+    Raises:
+      ValueError: if `fsa` has a cycle; the message names a state on it.
+    Examples:
+      >>> import semiring_jax as sj
+      >>> fsa = sj.Fsa.from_arcs([(0, 1, 5, 0.5), (0, 1, 6, 1.0)], final=[1])
+      >>> print(round(float(sj.tot_score(fsa)), 4))
+      1.4741
+      >>> print(float(sj.tot_score(fsa, sj.TROPICAL)))
+      1.0
+    """
+    check_scorable(fsa, "tot_score")
+    return map_batch(_tot_score_one, fsa, semiring)
+
+
+def _forward_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
+    alpha = recursions.forward_positions(semiring, fsa.schedule, fsa.weight)
+    return alpha[fsa.schedule.state_pos]
+
+
+def forward_scores(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
+    """⊕ over paths from the start state to each state (no final weights).
+
+    Args:
+      fsa: an acyclic Fsa, single or batched [B].
+      semiring: LOG (default), TROPICAL or any `Semiring`.
+    Returns:
+      float [S] or [B, S]; `one` (0.0) at the start, `zero` (-inf) where a
+      state cannot be reached.
+    Raises:
+      ValueError: if `fsa` has a cycle; the message names a state on it.
+    Examples:
+      >>> import semiring_jax as sj
+      >>> fsa = sj.Fsa.from_arcs([(0, 1, 5, 0.5), (1, 2, 6, 1.0)], final=[2])
+      >>> print(sj.forward_scores(fsa))
+      [0.  0.5 1.5]
+    """
+    check_scorable(fsa, "forward_scores")
+    return map_batch(_forward_one, fsa, semiring)
+
+
+def _backward_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
+    schedule = fsa.schedule
+    beta = recursions.backward_positions(semiring, schedule, fsa.weight, fsa.final_weight)
+    # States without a position have no arcs: their β is their final weight.
+    unplaced = schedule.state_pos == beta.shape[0] - 1
+    return jnp.where(unplaced, fsa.final_weight, beta[schedule.state_pos])
+
+
+def backward_scores(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
+    """⊕ over paths from each state to the end, final weights included.
+
+    Args:
+      fsa: an acyclic Fsa, single or batched [B].
+      semiring: LOG (default), TROPICAL or any `Semiring`.
+    Returns:
+      float [S] or [B, S]; at the start state it equals `tot_score`.
+    Raises:
+      ValueError: if `fsa` has a cycle; the message names a state on it.
+    Examples:
+      >>> import semiring_jax as sj
+      >>> fsa = sj.Fsa.from_arcs([(0, 1, 5, 0.5), (1, 2, 6, 1.0)], final=[2])
+      >>> print(sj.backward_scores(fsa))
+      [1.5 1.  0. ]
+    """
+    check_scorable(fsa, "backward_scores")
+    return map_batch(_backward_one, fsa, semiring)
+
+
+def _posteriors_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
+    if semiring.sum_grad is None:
+        return jax.grad(lambda w: _tot_score_one(fsa.replace(weight=w), semiring))(fsa.weight)
+    alpha = recursions.forward_positions(semiring, fsa.schedule, fsa.weight)
+    arc_grad, _ = recursions.path_gradients(semiring, fsa.schedule, fsa.weight,
+                                            fsa.final_weight, alpha)
+    return arc_grad
+
+
+def arc_posteriors(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
+    """The gradient of `tot_score` with respect to each arc weight.
+
+    LOG: the probability that the arc lies on a path, under the distribution
+    p(path) ∝ exp(path score). TROPICAL: 1.0 on the arcs of the best path,
+    0.0 elsewhere. Tie rule (TROPICAL): the best path is traced back from
+    the lowest-numbered best final state; at each state, stopping at the
+    start state (the empty prefix) wins a tie, then the entering arc with
+    the lowest index. All zeros where no path succeeds. For other semirings,
+    the autodiff gradient of `tot_score`.
+
+    Args:
+      fsa: an acyclic Fsa, single or batched [B].
+      semiring: LOG (default), TROPICAL or any `Semiring`.
+    Returns:
+      float [A] or [B, A]; 0.0 on padding arcs.
+    Raises:
+      ValueError: if `fsa` has a cycle; the message names a state on it.
+    Examples:
+      >>> import semiring_jax as sj
+      >>> fsa = sj.Fsa.from_arcs([(0, 1, 5, 0.0), (0, 1, 6, 0.0)], final=[1])
+      >>> print(sj.arc_posteriors(fsa))
+      [0.5 0.5]
+      >>> print(sj.arc_posteriors(fsa, sj.TROPICAL))
+      [1. 0.]
+    """
+    check_scorable(fsa, "arc_posteriors")
+    return map_batch(_posteriors_one, fsa, semiring)

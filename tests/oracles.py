@@ -1,0 +1,264 @@
+"""Independent reference implementations (oracles) for testing semiring_jax.
+
+Everything here works on plain Python arc lists and numpy, never on
+semiring_jax or jax. An FSA is ``(num_states, arcs, final)`` where ``arcs`` is
+a list of ``(src, dst, ilabel, olabel, weight)`` tuples, ``final`` maps final
+states to final weights and the start state is 0. Weights are scores (higher
+is better); OpenFst works with costs, so ``cost = -score`` at that boundary.
+
+Semirings: ``"log"`` (logaddexp, +, -inf, 0), ``"tropical"`` (max, +, -inf, 0)
+and ``"real"`` (+, *, 0, 1). Path scores are accumulated left to right in
+float64, so tropical results match a forward dynamic program bit for bit.
+
+pynini / OpenFst findings (pynini 2.1.6.post1):
+  * Arc types: ``"log"`` and ``"standard"`` (the tropical arc type; its weight
+    type is called ``"tropical"``, ``Fst(arc_type="tropical")`` fails), plus
+    ``"log64"``. ``"log"``/``"standard"`` store float32 weights (about 1e-7
+    relative accuracy per value); ``"log64"`` stores doubles, but
+    ``float(Weight)`` goes through a 9-significant-digit string, so about 1e-9
+    relative accuracy is the best achievable through pynini.
+  * ``shortestdistance(fst)`` gives forward distances from the start state,
+    excluding final weights; ``shortestdistance(fst, reverse=True)`` gives the
+    distance from each state to the final states, including final weights.
+    The returned list drops trailing states whose distance was never set
+    (it can be shorter than ``num_states``, even empty), so it is padded here.
+  * The convergence parameter is ``delta`` (pynini default 1e-6, not
+    1/1024). It matters even on acyclic input: a relaxation d -> d (+) w is
+    skipped when it changes d by less than delta, so with 1/1024 log totals
+    on ~3000-arc DAGs were off by up to 1e-3. With ``delta=1e-9`` (used here)
+    the error is float32 rounding for "log"/"standard" (~5e-6 absolute on
+    scores of size ~30) and ~5e-8 absolute (9 digits) for "log64".
+  * A cost of ``+inf`` round-trips: ``Weight(t, float("inf"))`` is the
+    semiring zero, prints as ``"Infinity"`` and ``float()`` gives ``inf``.
+    ``Weight(t, float("-inf"))`` is rejected (scores never reach +inf).
+"""
+
+import math
+from collections import defaultdict
+
+import numpy as np
+import pynini
+
+_ONE = {"log": 0.0, "tropical": 0.0, "real": 1.0}
+_ARC_TYPES = {"log": "log", "log64": "log64", "tropical": "standard", "standard": "standard"}
+
+
+def _times(weights, semiring):
+    """Returns the left-to-right semiring product of ``weights``."""
+    result = _ONE[semiring]
+    for w in weights:
+        result = result * w if semiring == "real" else result + w
+    return float(result)
+
+
+def _plus(values, semiring):
+    """Returns the semiring sum of ``values`` (zero when empty)."""
+    v = np.asarray(values, dtype=np.float64)
+    if semiring == "real":
+        return float(v.sum())
+    if v.size == 0 or v.max() == -math.inf:
+        return -math.inf
+    if semiring == "tropical":
+        return float(v.max())
+    m = v.max()
+    return float(m + np.log(np.sum(np.exp(v - m))))
+
+
+def _paths_from(arcs, start, max_len=None):
+    """Yields ``(arc_indices, end_state)`` for every path from ``start``.
+
+    The empty path is included. Without ``max_len`` a reachable cycle raises
+    ValueError; with it, paths of at most ``max_len`` arcs are enumerated.
+    """
+    out_arcs = defaultdict(list)
+    for k, arc in enumerate(arcs):
+        out_arcs[arc[0]].append(k)
+    stack = [((), start, (start,))]
+    while stack:
+        path, state, visited = stack.pop()
+        yield path, state
+        if max_len is not None and len(path) >= max_len:
+            continue
+        for k in out_arcs[state]:
+            dst = arcs[k][1]
+            if max_len is None and dst in visited:
+                raise ValueError(f"cycle through state {dst} is reachable")
+            stack.append((path + (k,), dst, visited + (dst,)))
+
+
+def _successful(arcs, final, semiring, max_len=None):
+    """Returns ``[(arc_indices, semiring score)]`` for successful paths from 0."""
+    return [
+        (path, _times([arcs[k][4] for k in path] + [final[end]], semiring))
+        for path, end in _paths_from(arcs, 0, max_len)
+        if end in final
+    ]
+
+
+def enumerate_paths(num_states, arcs, final, *, max_len=None):
+    """Lists every successful path of an acyclic FSA.
+
+    Args:
+      num_states: Number of states (unused beyond the signature convention).
+      arcs: List of ``(src, dst, ilabel, olabel, weight)``.
+      final: Dict ``{state: final_weight}``.
+      max_len: If given, enumerate paths of at most this many arcs instead of
+        raising on cycles.
+
+    Returns:
+      List of ``(arc_index_tuple, score)``; score = sum of weights + final.
+
+    Raises:
+      ValueError: If a cycle is reachable from state 0 and max_len is None.
+    """
+    del num_states
+    return _successful(arcs, final, "log", max_len)
+
+
+def brute_tot_score(num_states, arcs, final, semiring):
+    """Returns the semiring sum over all successful paths of their scores."""
+    del num_states
+    return _plus([s for _, s in _successful(arcs, final, semiring)], semiring)
+
+
+def brute_forward_scores(num_states, arcs, final, semiring):
+    """Returns ``[num_states]`` sums over all paths from state 0 to each state.
+
+    Final weights are not included; the empty path gives ``one`` at state 0.
+    """
+    del final
+    scores = [[] for _ in range(num_states)]
+    for path, end in _paths_from(arcs, 0):
+        scores[end].append(_times([arcs[k][4] for k in path], semiring))
+    return np.array([_plus(s, semiring) for s in scores], dtype=np.float64)
+
+
+def brute_backward_scores(num_states, arcs, final, semiring):
+    """Returns ``[num_states]`` sums over all paths from each state to a final.
+
+    Each path's score includes the final weight of the state it ends in.
+    """
+    scores = [[] for _ in range(num_states)]
+    for state in range(num_states):
+        for path, end in _paths_from(arcs, state):
+            if end in final:
+                weights = [arcs[k][4] for k in path] + [final[end]]
+                scores[state].append(_times(weights, semiring))
+    return np.array([_plus(s, semiring) for s in scores], dtype=np.float64)
+
+
+def brute_best_path(num_states, arcs, final):
+    """Returns the tie-broken best (tropical) path as ``(arc_indices, score)``.
+
+    The final state maximising forward + final weight is chosen (lowest index
+    on ties), then the path is traced back: at state 0, stop if the empty
+    prefix (score 0) is maximal; otherwise take the incoming arc maximising
+    forward[src] + weight (lowest arc index on ties). Forward scores come from
+    path enumeration. Returns ``([], -inf)`` when there is no successful path.
+    """
+    fwd = brute_forward_scores(num_states, arcs, final, "tropical")
+    ends = sorted((s, fwd[s] + w) for s, w in final.items())
+    best = max((score for _, score in ends), default=-math.inf)
+    if best == -math.inf:
+        return [], -math.inf
+    state = next(s for s, score in ends if score == best)
+    path = []
+    while True:
+        cands = [(fwd[a[0]] + a[4], k) for k, a in enumerate(arcs) if a[1] == state]
+        top = max((c for c, _ in cands), default=-math.inf)
+        if state == 0 and _ONE["tropical"] >= top:
+            break
+        k = min(k for c, k in cands if c == top)
+        path.append(k)
+        state = arcs[k][0]
+    return path[::-1], float(best)
+
+
+def brute_arc_posteriors(num_states, arcs, final, semiring):
+    """Returns ``[num_arcs]`` arc posteriors by path enumeration.
+
+    "log": probability that the arc lies on a path when p(path) is
+    proportional to exp(score); all zeros when there is no successful path.
+    "tropical": indicator of the arcs of ``brute_best_path``.
+    """
+    post = np.zeros(len(arcs), dtype=np.float64)
+    if semiring == "tropical":
+        post[brute_best_path(num_states, arcs, final)[0]] = 1.0
+        return post
+    if semiring != "log":
+        raise ValueError(f"unsupported semiring for posteriors: {semiring}")
+    paths = _successful(arcs, final, "log")
+    z = _plus([s for _, s in paths], "log")
+    if z == -math.inf:
+        return post
+    for path, score in paths:
+        for k in set(path):
+            post[k] += math.exp(score - z)
+    return post
+
+
+def to_pynini(num_states, arcs, final, arc_type):
+    """Builds a pynini.Fst (costs = -scores, start 0) of arc type "log",
+    "log64" or "tropical" (OpenFst "standard"). -inf scores become +inf costs.
+    """
+    fst = pynini.Fst(arc_type=_ARC_TYPES[arc_type])
+    wtype = fst.weight_type()
+    for _ in range(num_states):
+        fst.add_state()
+    fst.set_start(0)
+    for src, dst, ilabel, olabel, weight in arcs:
+        fst.add_arc(src, pynini.Arc(ilabel, olabel, pynini.Weight(wtype, -weight), dst))
+    for state, weight in final.items():
+        fst.set_final(state, pynini.Weight(wtype, -weight))
+    return fst
+
+
+def openfst_shortest_distance(num_states, arcs, final, arc_type, reverse=False, *, delta=1e-9):
+    """Returns OpenFst's shortest distances as ``[num_states]`` float64 scores.
+
+    With ``reverse=False``: distance from state 0 to each state, excluding
+    final weights. With ``reverse=True``: distance from each state to the
+    final states, including final weights. Unset/infinite distances are -inf.
+    """
+    fst = to_pynini(num_states, arcs, final, arc_type)
+    dist = pynini.shortestdistance(fst, delta=delta, reverse=reverse)
+    out = np.full(num_states, -math.inf, dtype=np.float64)
+    out[: len(dist)] = [0.0 - float(w) for w in dist]  # 0.0 - x avoids -0.0
+    return out
+
+
+def openfst_tot_score(num_states, arcs, final, arc_type, *, delta=1e-9):
+    """Returns OpenFst's total score (reverse distance of state 0; -inf if none)."""
+    return float(openfst_shortest_distance(num_states, arcs, final, arc_type, True, delta=delta)[0])
+
+
+def random_dag(rng, num_states, num_arcs, *, num_final=3):
+    """Generates a random trim acyclic acceptor ``(num_states, arcs, final)``.
+
+    Every state j > 0 gets an arc from a random i < j and every non-final
+    state i < num_states - 1 an arc to a random j > i; the rest of the
+    ``num_arcs`` arcs are random pairs i < j (if the connectivity arcs exceed
+    ``num_arcs``, all of them are still kept). Labels are in 1..20 with
+    olabel = ilabel; arc and final weights are N(0, 1). The last state is final
+    together with ``num_final - 1`` other distinct random states.
+
+    Args:
+      rng: A numpy Generator.
+      num_states: Number of states (>= 1).
+      num_arcs: Target number of arcs.
+      num_final: Number of final states (capped at num_states).
+    """
+    n = num_states
+    others = rng.choice(n - 1, size=min(num_final, n) - 1, replace=False) if n > 1 else []
+    finals = sorted({n - 1, *(int(s) for s in others)})
+    pairs = [(int(rng.integers(j)), j) for j in range(1, n)]
+    pairs += [(i, int(rng.integers(i + 1, n))) for i in range(n - 1) if i not in finals]
+    while n > 1 and len(pairs) < num_arcs:
+        i, j = sorted(int(x) for x in rng.choice(n, size=2, replace=False))
+        pairs.append((i, j))
+    arcs = []
+    for i, j in pairs:
+        label = int(rng.integers(1, 21))
+        arcs.append((i, j, label, label, float(rng.standard_normal())))
+    final = {s: float(rng.standard_normal()) for s in finals}
+    return n, arcs, final

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -13,7 +14,7 @@ from semiring_jax._src import checks
 from semiring_jax._src.fsa import Fsa, Schedule, assemble
 from semiring_jax._src.host import build, schedule
 
-__all__ = ["stack", "unstack", "map_batch"]
+__all__ = ["stack", "unstack", "map_batch", "jit_over_batch", "pad_entry"]
 
 
 def map_batch(fn: Callable[..., Any], fsa: Fsa, *args: Any) -> Any:
@@ -22,6 +23,13 @@ def map_batch(fn: Callable[..., Any], fsa: Fsa, *args: Any) -> Any:
     for _ in fsa.batch_shape:
         mapped = jax.vmap(mapped, in_axes=(0,) + (None,) * len(args))
     return mapped(fsa, *args)
+
+
+@functools.lru_cache(maxsize=None)
+def jit_over_batch(one_fsa_op: Callable[..., Any]) -> Callable[..., Any]:
+    """`one_fsa_op` mapped over the batch axes and jitted, so that eager calls
+    compile once per shape (inside a user's jit it simply inlines)."""
+    return jax.jit(lambda fsa, *args: map_batch(one_fsa_op, fsa, *args))
 
 
 def _bucket(size: int) -> int:
@@ -97,23 +105,27 @@ def stack(fsas: Sequence[Fsa], *, bucket: bool = False) -> Fsa:
     if bucket:
         num_states, num_arcs = _bucket(num_states), _bucket(num_arcs)
         shape = None if shape is None else schedule.ScheduleShape(*map(_bucket, shape))
-    padded = []
-    for fsa, (src, dst, arc_mask) in zip(fsas, structures):
-        arrays = build.ArcArrays(
-            num_states, _pad(src, num_arcs, 0), _pad(dst, num_arcs, 0),
-            _pad(np.asarray(fsa.ilabel), num_arcs, 0), _pad(np.asarray(fsa.olabel), num_arcs, 0),
-            _pad(fsa.weight, num_arcs, -np.inf), _pad(fsa.final_weight, num_states, -np.inf),
-            fsa.is_acceptor)
-        real_sizes = checks.concrete(fsa.schedule.real_sizes, "schedule", "stack")
-        entry = assemble(arrays, arc_mask=_pad(arc_mask, num_arcs, False), shape=shape,
-                         real_sizes=tuple(real_sizes))
-        padded.append(entry)
+    padded = [pad_entry(fsa, num_states, num_arcs, shape) for fsa in fsas]
     cycle = next((entry.cycle for entry in padded if entry.cycle), ())
     if cycle:  # one cyclic entry: no schedule for anyone, score ops refuse it
         padded = [entry if entry.cycle else _without_schedule(entry) for entry in padded]
     leaves = jax.tree_util.tree_map(lambda *values: _stack_leaves(values),
                                     *[_dropped_meta(entry) for entry in padded])
     return Fsa(**leaves, cycle=cycle, is_acceptor=fsas[0].is_acceptor)
+
+
+def pad_entry(fsa: Fsa, num_states: int, num_arcs: int,
+              shape: Optional[schedule.ScheduleShape]) -> Fsa:
+    """One unbatched Fsa padded to `num_states`, `num_arcs` and `shape`."""
+    src, dst, arc_mask = _host_structure(fsa, "stack")
+    arrays = build.ArcArrays(
+        num_states, _pad(src, num_arcs, 0), _pad(dst, num_arcs, 0),
+        _pad(np.asarray(fsa.ilabel), num_arcs, 0), _pad(np.asarray(fsa.olabel), num_arcs, 0),
+        _pad(fsa.weight, num_arcs, -np.inf), _pad(fsa.final_weight, num_states, -np.inf),
+        fsa.is_acceptor)
+    real_sizes = checks.concrete(fsa.schedule.real_sizes, "schedule", "stack")
+    return assemble(arrays, arc_mask=_pad(arc_mask, num_arcs, False), shape=shape,
+                    real_sizes=tuple(real_sizes))
 
 
 def _dropped_meta(fsa: Fsa) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from semiring_jax._src import recursions
-from semiring_jax._src.batch import map_batch
+from semiring_jax._src.batch import jit_over_batch
 from semiring_jax._src.fsa import Fsa, assemble
 from semiring_jax._src.host import build
 from semiring_jax._src.semiring import TROPICAL
@@ -84,4 +84,4 @@ def best_path(fsa: Fsa) -> Fsa:
       [6 7] [1. 0.] 1.0
     """
     check_scorable(fsa, "best_path")
-    return map_batch(_best_path_one, fsa)
+    return jit_over_batch(_best_path_one)(fsa)

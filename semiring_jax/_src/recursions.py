@@ -117,15 +117,17 @@ def path_gradients(semiring: Semiring, schedule: Schedule, weight: jax.Array,
     Returns:
       (float [A], float [S]).
     """
-    levels, width, max_in = schedule.in_arc.shape
+    levels, width = schedule.pos_state.shape
     entering = semiring.times(alpha[schedule.in_src_pos],
                               _append(weight, semiring.zero)[schedule.in_arc])  # [L, W, K]
     start = start_terms(semiring, schedule, weight.dtype)
     candidates = jnp.concatenate([start[..., None], entering], axis=-1)  # [L, W, 1 + K]
     local = _append(semiring.sum_grad(candidates, axis=-1).reshape(-1), 0.0)
     arc_local = local[schedule.arc_grad_index]  # [A]
-    ending = semiring.times(alpha[:-1], final_terms(semiring, schedule, final_weight).reshape(-1))
-    final_local = semiring.sum_grad(ending, axis=0)  # [P]
+    # Over states, not positions, so that TROPICAL ties go to the lowest state.
+    ending = semiring.times(alpha[schedule.state_pos], final_weight)  # [S]
+    final_local = semiring.sum_grad(ending, axis=0)
+    final_local_grid = _append(final_local, 0.0)[schedule.pos_state]  # [L, W]
     out_local = _append(arc_local, 0.0)[schedule.out_arc]  # [L, W, K_out]
 
     def step(adjoint, xs):
@@ -134,8 +136,5 @@ def path_gradients(semiring: Semiring, schedule: Schedule, weight: jax.Array,
         return jax.lax.dynamic_update_slice(adjoint, new, (level * width,))
 
     adjoint = _level_scan(step, jnp.zeros((levels * width + 1,), weight.dtype),
-                          (schedule.out_dst_pos, out_local,
-                           final_local.reshape(levels, width)), reverse=True)
-    arc_grad = adjoint[schedule.arc_dst_pos] * arc_local
-    final_grad = _append(final_local, 0.0)[schedule.state_pos]
-    return arc_grad, final_grad
+                          (schedule.out_dst_pos, out_local, final_local_grid), reverse=True)
+    return adjoint[schedule.arc_dst_pos] * arc_local, final_local

@@ -91,7 +91,7 @@ def _max_sum(x: jax.typing.ArrayLike, axis: int) -> jax.Array:
 def _max_sum_grad(x: jax.typing.ArrayLike, axis: int) -> jax.Array:
     # Tie rule: the first maximal entry along `axis` wins.
     x = jnp.asarray(x)
-    best = jnp.argmax(x, axis=axis, keepdims=True)
+    best = jnp.argmax(x, axis=axis, keepdims=True).astype(jnp.int32)
     positions = jax.lax.broadcasted_iota(jnp.int32, x.shape, axis % x.ndim)
     found = jnp.max(x, axis=axis, keepdims=True, initial=-jnp.inf) > -jnp.inf
     return ((positions == best) & found).astype(x.dtype)

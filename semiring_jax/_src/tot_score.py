@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from semiring_jax._src import recursions
-from semiring_jax._src.batch import map_batch
+from semiring_jax._src.batch import jit_over_batch
 from semiring_jax._src.fsa import Fsa, Schedule
 from semiring_jax._src.semiring import LOG, Semiring
 
@@ -99,7 +99,7 @@ def tot_score(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
       1.0
     """
     check_scorable(fsa, "tot_score")
-    return map_batch(_tot_score_one, fsa, semiring)
+    return jit_over_batch(_tot_score_one)(fsa, semiring)
 
 
 def _forward_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
@@ -125,7 +125,7 @@ def forward_scores(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
       [0.  0.5 1.5]
     """
     check_scorable(fsa, "forward_scores")
-    return map_batch(_forward_one, fsa, semiring)
+    return jit_over_batch(_forward_one)(fsa, semiring)
 
 
 def _backward_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
@@ -153,7 +153,7 @@ def backward_scores(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
       [1.5 1.  0. ]
     """
     check_scorable(fsa, "backward_scores")
-    return map_batch(_backward_one, fsa, semiring)
+    return jit_over_batch(_backward_one)(fsa, semiring)
 
 
 def _posteriors_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
@@ -192,4 +192,4 @@ def arc_posteriors(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
       [1. 0.]
     """
     check_scorable(fsa, "arc_posteriors")
-    return map_batch(_posteriors_one, fsa, semiring)
+    return jit_over_batch(_posteriors_one)(fsa, semiring)

@@ -1,0 +1,47 @@
+"""The one source of random FSAs for the tests (hypothesis strategies).
+
+An FSA is drawn as plain data, `(num_states, arcs, final)` with arcs as
+`(src, dst, ilabel, olabel, weight)` tuples, so the same draw feeds the
+library and the oracles. The draws cover parallel arcs, tied weights,
+epsilon (0) labels, unreachable and dead states, several or no final
+states, a single state, -inf weights, and state numberings that are not
+topological (the start state may even have incoming arcs).
+"""
+
+import math
+
+from hypothesis import strategies as st
+
+# Small integers make ties common; -inf is an arc or final weight of zero.
+WEIGHTS = st.one_of(
+    st.integers(-2, 2).map(float),
+    st.floats(-3.0, 3.0, allow_nan=False, width=32),
+    st.just(-math.inf),
+)
+
+
+@st.composite
+def acyclic_fsas(draw, max_states=6, max_arcs=12, transducer=False, weights=WEIGHTS):
+    """An acyclic FSA as `(num_states, arcs, final)`; start state 0."""
+    num_states = draw(st.integers(1, max_states))
+    # A random topological order, so state numbers need not increase
+    # along arcs and state 0 may sit anywhere in it.
+    order = draw(st.permutations(range(num_states)))
+    num_arcs = draw(st.integers(0, max_arcs if num_states > 1 else 0))
+    arcs = []
+    for _ in range(num_arcs):
+        i = draw(st.integers(0, num_states - 2))
+        j = draw(st.integers(i + 1, num_states - 1))
+        ilabel = draw(st.integers(0, 3))
+        olabel = draw(st.integers(0, 3)) if transducer else ilabel
+        arcs.append((order[i], order[j], ilabel, olabel, draw(weights)))
+    final_states = draw(st.sets(st.integers(0, num_states - 1), max_size=3))
+    final = {s: draw(weights) for s in sorted(final_states)}
+    return num_states, arcs, final
+
+
+def as_rows(arcs, transducer=False):
+    """Arc tuples in the form `Fsa.from_arcs` takes."""
+    if transducer:
+        return list(arcs)
+    return [(s, d, i, w) for s, d, i, _, w in arcs]

@@ -1,0 +1,197 @@
+"""tot_score, forward/backward scores and arc posteriors against oracles."""
+
+import math
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import semiring_jax as sj
+from semiring_jax._src.batch import pad_entry
+from semiring_jax._src.host.schedule import ScheduleShape
+from tests import oracles
+from tests.strategies import acyclic_fsas, as_rows
+
+SETTINGS = settings(max_examples=60, deadline=None)
+TOL = {"float32": dict(rtol=2e-5, atol=2e-5), "float64": dict(rtol=1e-10, atol=1e-10)}
+SEMIRINGS = {"log": sj.LOG, "tropical": sj.TROPICAL}
+REAL = sj.Semiring(name="real", plus=jnp.add, times=jnp.multiply, sum=jnp.sum,
+                   zero=0.0, one=1.0)
+
+
+def build(data, dtype, transducer=False):
+    num_states, arcs, final = data
+    return sj.Fsa.from_arcs(as_rows(arcs, transducer), final, num_states=num_states,
+                            dtype=dtype)
+
+
+def build_padded(data, dtype):
+    """Padded to the strategy's maximum sizes: one compile serves all draws,
+    and padding must not change any result."""
+    return pad_entry(build(data, dtype), 6, 12, ScheduleShape(6, 6, 12, 12))
+
+
+def unpad(values, size):
+    return np.asarray(values)[:size]
+
+
+def final_posteriors(data):
+    """Brute force: P(path ends in s) under p(path) ∝ exp(score)."""
+    num_states, arcs, final = data
+    paths = oracles.enumerate_paths(num_states, arcs, final)
+    total = oracles.brute_tot_score(num_states, arcs, final, "log")
+    posterior = np.zeros(num_states)
+    if total == -math.inf:
+        return posterior
+    for path, score in paths:
+        end = arcs[path[-1]][1] if path else 0
+        posterior[end] += math.exp(score - total)
+    return posterior
+
+
+def check_log_scores(fsa, data, dtype):
+    num_states, arcs, _ = data
+    tol = TOL[dtype]
+    np.testing.assert_allclose(sj.tot_score(fsa), oracles.brute_tot_score(*data, "log"), **tol)
+    np.testing.assert_allclose(unpad(sj.forward_scores(fsa), num_states),
+                               oracles.brute_forward_scores(*data, "log"), **tol)
+    np.testing.assert_allclose(unpad(sj.backward_scores(fsa), num_states),
+                               oracles.brute_backward_scores(*data, "log"), **tol)
+    np.testing.assert_allclose(unpad(sj.arc_posteriors(fsa), len(arcs)),
+                               oracles.brute_arc_posteriors(*data, "log"), **tol)
+    assert sj.tot_score(fsa).dtype == dtype
+
+
+@SETTINGS
+@given(data=acyclic_fsas(), dtype=st.sampled_from(["float32", "float64"]))
+def test_log_scores_match_brute_force(data, dtype):
+    check_log_scores(build_padded(data, dtype), data, dtype)
+
+
+@settings(max_examples=8, deadline=None)
+@given(data=acyclic_fsas(), dtype=st.sampled_from(["float32", "float64"]))
+def test_log_scores_match_brute_force_unpadded(data, dtype):
+    check_log_scores(build(data, dtype), data, dtype)
+
+
+@SETTINGS
+@given(data=acyclic_fsas(), dtype=st.sampled_from(["float32", "float64"]))
+def test_tropical_scores_match_brute_force(data, dtype):
+    num_states, arcs, final = data
+    fsa = build_padded(data, dtype)
+    tol = TOL[dtype]
+    best = oracles.brute_tot_score(*data, "tropical")
+    np.testing.assert_allclose(sj.tot_score(fsa, sj.TROPICAL), best, **tol)
+    np.testing.assert_allclose(unpad(sj.forward_scores(fsa, sj.TROPICAL), num_states),
+                               oracles.brute_forward_scores(*data, "tropical"), **tol)
+    np.testing.assert_allclose(unpad(sj.backward_scores(fsa, sj.TROPICAL), num_states),
+                               oracles.brute_backward_scores(*data, "tropical"), **tol)
+    indicator = unpad(sj.arc_posteriors(fsa, sj.TROPICAL), len(arcs))
+    if dtype == "float64":  # sums are bit-exact, so ties break identically
+        np.testing.assert_array_equal(indicator,
+                                      oracles.brute_arc_posteriors(*data, "tropical"))
+    else:  # float32 rounding may reorder near-ties: check it is a best path
+        chosen = np.flatnonzero(indicator)
+        assert set(np.unique(indicator)) <= {0.0, 1.0}
+        if best == -math.inf:
+            assert chosen.size == 0
+        else:
+            end = arcs[chosen[-1]][1] if chosen.size else 0
+            score = sum(arcs[a][4] for a in chosen) + final[end]
+            np.testing.assert_allclose(score, best, **tol)
+
+
+@SETTINGS
+@given(data=acyclic_fsas(weights=st.floats(-2.0, 2.0)))
+def test_user_semiring_matches_brute_force(data):
+    num_states, arcs, final = data
+    exp_arcs = [(s, d, i, o, math.exp(w)) for s, d, i, o, w in arcs]
+    exp_final = {s: math.exp(w) for s, w in final.items()}
+    exp_data = (num_states, exp_arcs, exp_final)
+    fsa = build(exp_data, "float64")
+    fsa = pad_entry(fsa, 6, 12, ScheduleShape(6, 6, 12, 12)).replace(
+        final_weight=np.append(exp_final_array(exp_data), np.zeros(6 - num_states)),
+        weight=np.append(np.asarray(fsa.weight[:len(arcs)]), np.zeros(12 - len(arcs))))
+    tol = TOL["float64"]
+    np.testing.assert_allclose(sj.tot_score(fsa, REAL),
+                               oracles.brute_tot_score(*exp_data, "real"), **tol)
+    np.testing.assert_allclose(unpad(sj.forward_scores(fsa, REAL), num_states),
+                               oracles.brute_forward_scores(*exp_data, "real"), **tol)
+    np.testing.assert_allclose(unpad(sj.backward_scores(fsa, REAL), num_states),
+                               oracles.brute_backward_scores(*exp_data, "real"), **tol)
+
+
+def exp_final_array(data):
+    """Final weights in the real semiring: 0 (its zero) where not final."""
+    num_states, _, final = data
+    values = np.zeros(num_states)
+    for state, weight in final.items():
+        values[state] = weight
+    return values
+
+
+@SETTINGS
+@given(data=acyclic_fsas(), dtype=st.sampled_from(["float32", "float64"]))
+def test_gradient_is_posteriors(data, dtype):
+    num_states, arcs, _ = data
+    fsa = build_padded(data, dtype)
+    grads = jax.grad(lambda w, f: sj.tot_score(fsa.replace(weight=w, final_weight=f)),
+                     argnums=(0, 1))(fsa.weight, fsa.final_weight)
+    chex.assert_tree_all_finite(grads)
+    np.testing.assert_allclose(grads[0], sj.arc_posteriors(fsa), **TOL[dtype])
+    np.testing.assert_allclose(unpad(grads[1], num_states), final_posteriors(data),
+                               **TOL[dtype])
+    assert not np.any(unpad(grads[0], 12)[len(arcs):])  # padding arcs: exactly 0
+    tropical = jax.grad(lambda w: sj.tot_score(fsa.replace(weight=w), sj.TROPICAL))(fsa.weight)
+    np.testing.assert_array_equal(tropical, sj.arc_posteriors(fsa, sj.TROPICAL))
+
+
+def test_every_op_under_jit(transform, dtype):
+    data = (5, [(0, 1, 1, 1, 0.5), (0, 2, 2, 2, -1.0), (1, 3, 0, 0, 0.25), (2, 3, 3, 3, 1.0),
+                (1, 3, 1, 1, 2.0), (3, 4, 2, 2, 0.0)], {3: 0.5, 4: -0.5})
+    fsa = build(data, dtype)
+    for name, semiring in SEMIRINGS.items():
+        np.testing.assert_allclose(transform(sj.tot_score)(fsa, semiring),
+                                   oracles.brute_tot_score(*data, name), **TOL[dtype])
+        np.testing.assert_allclose(transform(sj.forward_scores)(fsa, semiring),
+                                   oracles.brute_forward_scores(*data, name), **TOL[dtype])
+        np.testing.assert_allclose(transform(sj.backward_scores)(fsa, semiring),
+                                   oracles.brute_backward_scores(*data, name), **TOL[dtype])
+        np.testing.assert_allclose(transform(sj.arc_posteriors)(fsa, semiring),
+                                   oracles.brute_arc_posteriors(*data, name), **TOL[dtype])
+        grad = transform(jax.grad(lambda f: sj.tot_score(f, semiring), allow_int=True))(fsa)
+        np.testing.assert_allclose(grad.weight, oracles.brute_arc_posteriors(*data, name),
+                                   **TOL[dtype])
+
+
+def test_replace_does_not_retrace():
+    fsa = sj.Fsa.from_arcs([(0, 1, 1, 0.0), (1, 2, 2, 0.0)], final=[2])
+
+    @jax.jit
+    @chex.assert_max_traces(n=1)
+    def score(weight):
+        return sj.tot_score(fsa.replace(weight=weight))
+
+    for value in range(3):
+        score(jnp.full((2,), float(value), jnp.float32))
+
+
+@pytest.mark.parametrize("semiring", ["log", "tropical"])
+def test_matches_openfst_on_large_dags(semiring):
+    rng = np.random.default_rng(7)
+    data = oracles.random_dag(rng, 1500, 4000, num_final=5)
+    fsa = build(data, "float64")
+    arc_type = "log64" if semiring == "log" else "tropical"
+    forward = oracles.openfst_shortest_distance(*data, arc_type)
+    backward = oracles.openfst_shortest_distance(*data, arc_type, reverse=True)
+    tol = dict(rtol=1e-7, atol=1e-6) if semiring == "log" else dict(rtol=1e-6, atol=1e-5)
+    np.testing.assert_allclose(sj.forward_scores(fsa, SEMIRINGS[semiring]), forward, **tol)
+    np.testing.assert_allclose(sj.backward_scores(fsa, SEMIRINGS[semiring]), backward, **tol)
+    np.testing.assert_allclose(sj.tot_score(fsa, SEMIRINGS[semiring]), backward[0], **tol)
+    # float32 stays close to the float64 result at this size.
+    fsa32 = build(data, "float32")
+    np.testing.assert_allclose(sj.tot_score(fsa32, SEMIRINGS[semiring]), backward[0],
+                               rtol=1e-5)

@@ -195,3 +195,112 @@ def test_matches_openfst_on_large_dags(semiring):
     fsa32 = build(data, "float32")
     np.testing.assert_allclose(sj.tot_score(fsa32, SEMIRINGS[semiring]), backward[0],
                                rtol=1e-5)
+
+
+def reference_tot_score(data, weight, final_weight, semiring):
+    """Plain-autodiff reference: per-state recursion in topological order."""
+    num_states, arcs, _ = data
+    reduce = jax.nn.logsumexp if semiring == "log" else jnp.max
+    order = topological_order(num_states, arcs)
+    alpha = {}
+    for state in order:
+        terms = [alpha[src] + weight[a] for a, (src, dst, *_) in enumerate(arcs) if dst == state]
+        if state == 0:
+            terms.append(jnp.zeros((), weight.dtype))
+        alpha[state] = reduce(jnp.stack(terms)) if terms else jnp.asarray(-jnp.inf, weight.dtype)
+    return reduce(jnp.stack([alpha[s] + final_weight[s] for s in range(num_states)]))
+
+
+def topological_order(num_states, arcs):
+    remaining = set(range(num_states))
+    order = []
+    while remaining:
+        ready = sorted(s for s in remaining
+                       if not any(dst == s and src in remaining for src, dst, *_ in arcs))
+        order += ready
+        remaining -= set(ready)
+    return order
+
+
+FIXED = (6, [(0, 1, 1, 1, 0.3), (0, 2, 2, 2, -0.7), (1, 3, 0, 0, 0.25), (2, 3, 3, 3, 1.1),
+             (1, 3, 1, 1, 0.9), (3, 4, 2, 2, -0.2), (2, 4, 1, 1, 0.4), (4, 5, 1, 1, 0.05),
+             (3, 5, 2, 2, 0.6)], {3: 0.5, 4: -0.5, 5: 0.1})
+
+
+@pytest.mark.parametrize("semiring", ["log", "tropical"])
+def test_finite_differences(semiring):
+    fsa = build(FIXED, "float64")
+    score = lambda w, f: sj.tot_score(fsa.replace(weight=w, final_weight=f), SEMIRINGS[semiring])
+    # TROPICAL is piecewise linear: FIXED has no ties, so a small step is safe.
+    jax.test_util.check_grads(score, (fsa.weight, fsa.final_weight), order=1, modes=("rev",),
+                              eps=1e-6)
+
+
+def test_second_order_matches_autodiff_reference():
+    fsa = build(FIXED, "float64")
+    final = jnp.asarray(fsa.final_weight)
+    ours = jax.jacrev(jax.grad(lambda w: sj.tot_score(fsa.replace(weight=w))))(fsa.weight)
+    reference = jax.hessian(lambda w: reference_tot_score(FIXED, w, final, "log"))(
+        jnp.asarray(fsa.weight))
+    np.testing.assert_allclose(ours, reference, rtol=1e-10, atol=1e-12)
+    # A function of the posteriors, differentiated in reverse mode.
+    entropy_like = lambda w: jnp.sum(sj.arc_posteriors(fsa.replace(weight=w)) ** 2)
+    reference_posteriors = jax.grad(lambda w: reference_tot_score(FIXED, w, final, "log"))
+    np.testing.assert_allclose(
+        jax.grad(entropy_like)(fsa.weight),
+        jax.grad(lambda w: jnp.sum(reference_posteriors(w) ** 2))(jnp.asarray(fsa.weight)),
+        rtol=1e-10, atol=1e-12)
+    jax.test_util.check_grads(lambda w: sj.tot_score(fsa.replace(weight=w)), (fsa.weight,),
+                              order=2, modes=("rev",))
+
+
+@pytest.mark.parametrize("semiring", ["log", "tropical"])
+def test_first_order_matches_autodiff_reference(semiring, dtype):
+    fsa = build(FIXED, dtype)
+    final = jnp.asarray(fsa.final_weight)
+    ours = jax.grad(lambda w: sj.tot_score(fsa.replace(weight=w), SEMIRINGS[semiring]))(
+        fsa.weight)
+    reference = jax.grad(lambda w: reference_tot_score(FIXED, w, final, semiring))(
+        jnp.asarray(fsa.weight))
+    np.testing.assert_allclose(ours, reference, **TOL[dtype])
+
+
+NO_NAN_CASES = {
+    "no path": (3, [(0, 1, 1, 1, 0.5)], {2: 0.0}),
+    "no final state": (2, [(0, 1, 1, 1, 0.5)], {}),
+    "all -inf weights": (3, [(0, 1, 1, 1, -math.inf), (1, 2, 1, 1, -math.inf)], {2: 0.0}),
+    "unreachable states": (5, [(3, 4, 1, 1, 1.0), (4, 0, 1, 1, 1.0), (0, 1, 2, 2, 0.5),
+                               (3, 1, 1, 1, 2.0)], {1: 0.0, 4: 0.0}),
+    "single state": (1, [], {0: 0.5}),
+    "dead state": (3, [(0, 1, 1, 1, 0.5), (0, 2, 1, 1, 0.5)], {1: 0.0}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NO_NAN_CASES))
+@pytest.mark.parametrize("semiring", ["log", "tropical"])
+def test_gradients_finite_and_exact(case, semiring, dtype):
+    data = NO_NAN_CASES[case]
+    fsa = build_padded(data, dtype)
+    with jax.debug_nans(True):
+        grad = jax.grad(lambda f: sj.tot_score(f, SEMIRINGS[semiring]), allow_int=True)(fsa)
+        second = jax.jacrev(jax.grad(lambda w: sj.tot_score(fsa.replace(weight=w))))(fsa.weight)
+    chex.assert_tree_all_finite((grad.weight, grad.final_weight, second))
+    np.testing.assert_allclose(unpad(grad.weight, len(data[1])),
+                               oracles.brute_arc_posteriors(*data, semiring), **TOL[dtype])
+    assert not np.any(unpad(grad.weight, 12)[len(data[1]):])
+    if oracles.brute_tot_score(*data, semiring) == -math.inf:
+        assert sj.tot_score(fsa, SEMIRINGS[semiring]) == -np.inf
+        assert not np.any(grad.weight) and not np.any(grad.final_weight)
+
+
+@pytest.mark.parametrize("op", [sj.tot_score, sj.forward_scores, sj.backward_scores,
+                                sj.arc_posteriors, sj.best_path])
+def test_cycle_is_refused_naming_a_state(op):
+    fsa = sj.Fsa.from_arcs([(0, 1, 1, 0.0), (1, 2, 1, 0.0), (2, 1, 1, 0.0)], final=[2])
+    with pytest.raises(ValueError, match=r"state [12] lies on a cycle \((1 -> 2 -> 1|2 -> 1 -> 2)\)"):
+        op(fsa)
+
+
+def test_not_an_fsa_is_a_type_error():
+    with pytest.raises(TypeError, match="tot_score: expected an Fsa"):
+        sj.tot_score([(0, 1, 1, 0.0)])

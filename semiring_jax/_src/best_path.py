@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -50,6 +51,9 @@ def _best_path_one(fsa: Fsa) -> Fsa:
     length = jnp.sum(on_path)
     chain = _chain(levels, fsa.is_acceptor)
     neg_inf = jnp.asarray(-jnp.inf, fsa.weight.dtype)
+    # The chain's schedule lists every slot; off-path slots have weight -inf,
+    # so masking them needs no new schedule (and `arc_mask` may be traced).
+    chain = dataclasses.replace(chain, arc_mask=arc_mask)
     return chain.replace(
         ilabel=jnp.where(arc_mask, fsa.ilabel[order], 0),
         olabel=jnp.where(arc_mask, fsa.olabel[order], 0),

@@ -186,7 +186,7 @@ class Fsa:
           >>> import semiring_jax as sj
           >>> fsa = sj.Fsa.from_openfst("0 1 7 0.5\\n1 2 8 1.0\\n2\\n")
           >>> print(fsa.weight, fsa.final_weight)
-          [-0.5 -1. ] [-inf -inf  0.]
+          [-0.5 -1. ] [-inf -inf   0.]
         """
         dtype = checks.check_float_dtype(dtype, "dtype", "from_openfst")
         return assemble(text_io.parse_openfst(text, acceptor=acceptor, dtype=dtype))
@@ -320,7 +320,8 @@ class Fsa:
         Examples:
           >>> import jax.numpy as jnp
           >>> import semiring_jax as sj
-          >>> fsa = sj.linear_fsa([1, 2]).replace(weight=jnp.array([0.5, 0.25]))
+          >>> weight = jnp.array([0.5, 0.25], dtype=jnp.float32)
+          >>> fsa = sj.linear_fsa([1, 2]).replace(weight=weight)
           >>> print(float(sj.tot_score(fsa)))
           0.75
         """

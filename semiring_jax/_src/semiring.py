@@ -76,6 +76,17 @@ def _log_sum(x: jax.typing.ArrayLike, axis: int) -> jax.Array:
     return jnp.squeeze(log_total + shift, axis=axis)
 
 
+def _log_plus(a: jax.typing.ArrayLike, b: jax.typing.ArrayLike) -> jax.Array:
+    # jnp.logaddexp computes (-inf) - (-inf) = NaN internally and selects it
+    # away; this form never makes a NaN, so jax_debug_nans stays quiet.
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    shift = jax.lax.stop_gradient(jnp.maximum(a, b))
+    shift = jnp.where(jnp.isfinite(shift), shift, jnp.zeros_like(shift))
+    total = jnp.exp(a - shift) + jnp.exp(b - shift)
+    nonempty = total > 0
+    return jnp.where(nonempty, jnp.log(jnp.where(nonempty, total, 1)), -jnp.inf) + shift
+
+
 def _log_sum_grad(x: jax.typing.ArrayLike, axis: int) -> jax.Array:
     # softmax; a slice that is all -inf (total -inf) gets weight 0, not NaN.
     x = jnp.asarray(x)
@@ -98,7 +109,7 @@ def _max_sum_grad(x: jax.typing.ArrayLike, axis: int) -> jax.Array:
 
 
 LOG = Semiring(
-        name="log", plus=jnp.logaddexp, times=jnp.add, sum=_log_sum,
+        name="log", plus=_log_plus, times=jnp.add, sum=_log_sum,
         zero=-float("inf"), one=0.0, sum_grad=_log_sum_grad)
 """The log semiring: ⊕ = logaddexp, ⊗ = +, 0̄ = -inf, 1̄ = 0."""
 

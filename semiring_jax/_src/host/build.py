@@ -34,6 +34,12 @@ def check_weights(weights: np.ndarray, fn: str, what: str) -> None:
             f"{fn}: {what} {i} has weight {weights[i]}; weights must be finite or -inf")
 
 
+def _plain(value: float) -> str:
+    """A number as a user wrote it: `3` or `1.5`, never `np.float64(3.0)`."""
+    value = float(value)
+    return str(int(value)) if value.is_integer() else str(value)
+
+
 def _integral_column(rows: np.ndarray, column: int, fn: str, field: str) -> np.ndarray:
     values = rows[:, column]
     bad = np.flatnonzero(~np.isfinite(values) | (values != np.round(values))
@@ -41,7 +47,7 @@ def _integral_column(rows: np.ndarray, column: int, fn: str, field: str) -> np.n
     if bad.size:
         i = int(bad[0])
         raise ValueError(
-            f"{fn}: arc {i} has {field}={values[i]!r}; expected a non-negative integer")
+            f"{fn}: arc {i} has {field}={_plain(values[i])}; expected a non-negative integer")
     return values.astype(np.int32)
 
 

@@ -1,0 +1,104 @@
+"""stack / unstack, and batched ops equal to one-by-one ops."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import semiring_jax as sj
+from tests.strategies import acyclic_fsas, as_rows
+
+SEMIRINGS = [sj.LOG, sj.TROPICAL]
+
+
+def build(data, dtype="float64", transducer=False):
+    num_states, arcs, final = data
+    return sj.Fsa.from_arcs(as_rows(arcs, transducer), final, num_states=num_states,
+                            dtype=dtype)
+
+
+def assert_fsas_equal(a, b):
+    assert (a.cycle, a.is_acceptor) == (b.cycle, b.is_acceptor)
+    jax.tree_util.tree_map(np.testing.assert_array_equal, a, b)
+
+
+@settings(max_examples=6, deadline=None)
+@given(datas=st.lists(acyclic_fsas(), min_size=1, max_size=3), bucket=st.booleans())
+def test_batched_equals_one_by_one(datas, bucket):
+    fsas = [build(data) for data in datas]
+    batch = sj.stack(fsas, bucket=bucket)
+    for semiring in SEMIRINGS:
+        totals = sj.tot_score(batch, semiring)
+        forward = sj.forward_scores(batch, semiring)
+        backward = sj.backward_scores(batch, semiring)
+        posteriors = sj.arc_posteriors(batch, semiring)
+        grad = jax.grad(lambda f: sj.tot_score(f, semiring).sum(), allow_int=True)(batch)
+        for b, fsa in enumerate(fsas):
+            s, a = fsa.num_states, fsa.num_arcs
+            np.testing.assert_allclose(totals[b], sj.tot_score(fsa, semiring), rtol=1e-12)
+            np.testing.assert_allclose(forward[b, :s], sj.forward_scores(fsa, semiring), rtol=1e-12)
+            np.testing.assert_allclose(backward[b, :s], sj.backward_scores(fsa, semiring),
+                                       rtol=1e-12)
+            np.testing.assert_allclose(posteriors[b, :a], sj.arc_posteriors(fsa, semiring),
+                                       rtol=1e-12, atol=1e-15)
+            np.testing.assert_allclose(grad.weight[b, :a], posteriors[b, :a], rtol=1e-12)
+            assert not np.any(grad.weight[b, a:]) and not np.any(posteriors[b, a:])
+            assert not np.any(grad.final_weight[b, s:])
+    for original, entry in zip(fsas, sj.unstack(batch)):
+        assert_fsas_equal(original, entry)
+
+
+def test_vmap_and_jit_of_every_op():
+    fsas = [sj.Fsa.from_arcs([(0, 1, 1, 0.5), (1, 2, 2, 0.25), (0, 2, 3, 1.0)], final=[2]),
+            sj.Fsa.from_arcs([(0, 1, 1, -0.5)], final={1: 0.5, 0: 0.0})]
+    batch = sj.stack(fsas)
+    for op in [sj.tot_score, sj.forward_scores, sj.backward_scores, sj.arc_posteriors]:
+        for semiring in SEMIRINGS:
+            direct = op(batch, semiring)
+            mapped = jax.jit(jax.vmap(lambda f: op(f, semiring)))(batch)
+            np.testing.assert_allclose(direct, mapped, rtol=1e-6)
+    paths = jax.vmap(sj.best_path)(batch)
+    np.testing.assert_allclose(sj.tot_score(paths, sj.TROPICAL), [1.0, 0.0])
+
+
+def test_traced_weights_can_be_stacked_inside_jit():
+    fsas = [sj.linear_fsa([1, 2]), sj.linear_fsa([3])]
+
+    @jax.jit
+    def total(w1, w2):
+        return sj.tot_score(sj.stack([fsas[0].replace(weight=w1), fsas[1].replace(weight=w2)]))
+
+    np.testing.assert_allclose(total(jnp.ones(2, jnp.float32), jnp.ones(1, jnp.float32)),
+                               [2.0, 1.0])
+
+
+def test_bucket_sizes_follow_the_ladder():
+    batch = sj.stack([sj.linear_fsa(list(range(1, 6)))], bucket=True)
+    assert (batch.num_states, batch.num_arcs) == (6, 6)
+    assert batch.schedule.in_arc.shape[1:] == (6, 1, 1)
+
+
+def test_stack_errors_name_the_entry():
+    acceptor = sj.linear_fsa([1])
+    transducer = sj.Fsa.from_arcs([(0, 1, 1, 2, 0.0)], final=[1])
+    with pytest.raises(ValueError, match=r"fsas\[1\] is a transducer but fsas\[0\] is an acceptor"):
+        sj.stack([acceptor, transducer])
+    with pytest.raises(ValueError, match=r"fsas\[1\] has float64 weights but fsas\[0\] has float32"):
+        sj.stack([acceptor, sj.linear_fsa([1], dtype="float64")])
+    with pytest.raises(ValueError, match="needs at least one Fsa"):
+        sj.stack([])
+    with pytest.raises(TypeError, match=r"fsas\[0\] is a list"):
+        sj.stack([[1]])
+    with pytest.raises(ValueError, match=r"fsas\[0\] is already batched"):
+        sj.stack([sj.stack([acceptor])])
+    with pytest.raises(ValueError, match=r"unstack: expects batch_shape \(B,\)"):
+        sj.unstack(acceptor)
+
+
+def test_a_cyclic_entry_makes_the_batch_cyclic():
+    cyclic = sj.Fsa.from_arcs([(0, 1, 1, 0.0), (1, 0, 1, 0.0)], final=[1])
+    batch = sj.stack([sj.linear_fsa([1]), cyclic])
+    with pytest.raises(ValueError, match="lies on a cycle"):
+        sj.tot_score(batch)
+    assert sj.unstack(batch)[1].cycle == cyclic.cycle

@@ -1,0 +1,58 @@
+"""Host-side level schedules: levels, cycles, tables, the numpy boundary."""
+
+import ast
+import pathlib
+
+import numpy as np
+import pytest
+
+import semiring_jax as sj
+from semiring_jax._src.host import schedule
+
+
+def test_levels_are_longest_paths():
+    src = np.array([0, 1, 0, 2, 3])
+    dst = np.array([1, 2, 2, 3, 4])
+    np.testing.assert_array_equal(schedule.state_levels(5, src, dst), [0, 1, 2, 3, 4])
+    assert schedule.state_levels(3, np.array([0, 1, 2]), np.array([1, 2, 1])) is None
+
+
+def test_number_of_steps_is_the_depth_not_the_states():
+    # 1,000 states in a fan: depth 2, so 3 levels whatever the width.
+    arcs = [(0, s, 1, 0.0) for s in range(1, 999)] + [(s, 999, 1, 0.0) for s in range(1, 999)]
+    fsa = sj.Fsa.from_arcs(arcs, final=[999])
+    levels, width, max_in = fsa.schedule.in_arc.shape
+    assert (levels, width, max_in) == (3, 998, 998)
+    chain = sj.linear_fsa(np.ones(50, np.int32))
+    assert chain.schedule.in_arc.shape == (51, 1, 1)
+
+
+def test_find_cycle_returns_a_closed_walk():
+    src = np.array([0, 1, 2, 3, 4])
+    dst = np.array([1, 2, 3, 1, 0])
+    cycle = schedule.find_cycle(5, src, dst)
+    assert cycle[0] == cycle[-1] and set(cycle) == {1, 2, 3}
+    assert schedule.find_cycle(3, np.array([0, 1]), np.array([1, 2])) == ()
+    assert schedule.find_cycle(2, np.array([1]), np.array([1])) == (1, 1)
+
+
+def test_tables_list_incoming_arcs_in_index_order():
+    src, dst = np.array([0, 0, 1, 0]), np.array([1, 2, 2, 2])
+    tables = schedule.build_schedule_arrays(3, src, dst, np.ones(4, bool))
+    levels, width, max_in = tables["in_arc"].shape
+    row = tables["in_arc"].reshape(-1, max_in)[tables["state_pos"][2]]
+    np.testing.assert_array_equal(row, [1, 2, 3])
+    # A state without any arc (other than the start) needs no grid position.
+    isolated = schedule.build_schedule_arrays(4, src, dst, np.ones(4, bool))
+    assert isolated["state_pos"][3] == levels * width
+
+
+def test_host_modules_do_not_import_jax():
+    host = pathlib.Path(schedule.__file__).parent
+    for module in host.glob("*.py"):
+        tree = ast.parse(module.read_text())
+        for node in ast.walk(tree):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                assert not name.startswith("jax"), f"{module.name} imports {name}"

@@ -1,0 +1,73 @@
+"""Semiring laws for LOG, TROPICAL and a user-defined semiring."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import semiring_jax as sj
+
+REAL = sj.Semiring(name="real", plus=jnp.add, times=jnp.multiply, sum=jnp.sum,
+                   zero=0.0, one=1.0)
+VALUES = {
+    "log": jnp.array([-jnp.inf, -3.0, -0.5, 0.0, 1.25, 4.0]),
+    "tropical": jnp.array([-jnp.inf, -3.0, -0.5, 0.0, 1.25, 4.0]),
+    "real": jnp.array([0.0, 0.25, 0.5, 1.0, 2.0, 3.0]),
+}
+
+
+def check_semiring_laws(semiring, values):
+    a, b, c = values[:, None, None], values[None, :, None], values[None, None, :]
+    zero = jnp.asarray(semiring.zero, values.dtype)
+    one = jnp.asarray(semiring.one, values.dtype)
+    close = lambda x, y: np.testing.assert_allclose(x, jnp.broadcast_to(y, x.shape), rtol=1e-6)
+    close(semiring.plus(values, zero), values)
+    close(semiring.times(values, one), values)
+    close(semiring.times(values, zero), zero)
+    close(semiring.plus(a, b), semiring.plus(b, a))
+    close(semiring.plus(semiring.plus(a, b), c), semiring.plus(a, semiring.plus(b, c)))
+    close(semiring.times(a, semiring.plus(b, c)),
+          semiring.plus(semiring.times(a, b), semiring.times(a, c)))
+    stacked = jnp.stack(jnp.broadcast_arrays(a, b))
+    close(semiring.sum(stacked, axis=0), semiring.plus(a, b))
+    close(semiring.sum(jnp.zeros((0, 3), values.dtype), axis=0), zero)
+    close(semiring.sum(jnp.full((4,), zero), axis=0), zero)
+
+
+@pytest.mark.parametrize("semiring", [sj.LOG, sj.TROPICAL, REAL], ids=lambda s: s.name)
+def test_semiring_laws(semiring):
+    with jax.debug_nans(True):
+        check_semiring_laws(semiring, VALUES[semiring.name])
+
+
+@pytest.mark.parametrize("semiring", [sj.LOG, sj.TROPICAL], ids=lambda s: s.name)
+def test_sum_grad_contract(semiring):
+    rows = jnp.array([[-jnp.inf, -jnp.inf, -jnp.inf], [0.0, 1.0, 1.0], [-jnp.inf, 2.0, -1.0]])
+    with jax.debug_nans(True):
+        weights = semiring.sum_grad(rows, axis=1)
+        grads = jax.vmap(jax.grad(lambda row: semiring.sum(row, axis=0)))(rows)
+    np.testing.assert_array_equal(weights[0], 0.0)  # all zero in, all zero out
+    np.testing.assert_allclose(weights[1:].sum(axis=1), 1.0)
+    if semiring is sj.LOG:
+        np.testing.assert_allclose(weights, grads, rtol=1e-6)  # softmax is the gradient
+    else:
+        np.testing.assert_array_equal(weights[1], [0.0, 1.0, 0.0])  # first maximum wins
+
+
+def test_log_sum_is_stable_and_nan_free():
+    with jax.debug_nans(True):
+        big = sj.LOG.sum(jnp.array([1000.0, 1000.0]), axis=0)
+        grad = jax.grad(lambda x: sj.LOG.sum(x, axis=0))(jnp.full((3,), -jnp.inf))
+        plus_grad = jax.grad(lambda x: sj.LOG.plus(x, x))(jnp.asarray(-jnp.inf))
+    np.testing.assert_allclose(big, 1000.0 + np.log(2.0))
+    np.testing.assert_array_equal(grad, 0.0)
+    assert plus_grad == 0.0
+    assert sj.LOG.plus(jnp.inf, 1.0) == jnp.inf  # +inf stays visible
+
+
+def test_lookup_by_name_and_hashing():
+    assert sj.semiring("log") is sj.LOG and sj.semiring("TROPICAL") is sj.TROPICAL
+    with pytest.raises(ValueError, match=r"semiring: unknown semiring 'max'"):
+        sj.semiring("max")
+    assert hash(sj.LOG) == hash(sj.LOG) and sj.LOG != sj.TROPICAL
+    assert jax.jit(lambda x, s: s.sum(x, axis=0))(jnp.ones(3), REAL) == 3.0

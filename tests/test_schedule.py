@@ -1,4 +1,4 @@
-"""Host-side level schedules: levels, cycles, tables, the numpy boundary."""
+"""Host-side schedule tables, and the numpy-only boundary of host/."""
 
 import ast
 import pathlib
@@ -8,13 +8,6 @@ import pytest
 
 import semiring_jax as sj
 from semiring_jax._src.host import schedule
-
-
-def test_levels_are_longest_paths():
-    src = np.array([0, 1, 0, 2, 3])
-    dst = np.array([1, 2, 2, 3, 4])
-    np.testing.assert_array_equal(schedule.state_levels(5, src, dst), [0, 1, 2, 3, 4])
-    assert schedule.state_levels(3, np.array([0, 1, 2]), np.array([1, 2, 1])) is None
 
 
 def test_number_of_steps_is_the_depth_not_the_states():
@@ -27,21 +20,16 @@ def test_number_of_steps_is_the_depth_not_the_states():
     assert chain.schedule.in_arc.shape == (51, 1, 1)
 
 
-def test_find_cycle_returns_a_closed_walk():
-    src = np.array([0, 1, 2, 3, 4])
-    dst = np.array([1, 2, 3, 1, 0])
-    cycle = schedule.find_cycle(5, src, dst)
-    assert cycle[0] == cycle[-1] and set(cycle) == {1, 2, 3}
-    assert schedule.find_cycle(3, np.array([0, 1]), np.array([1, 2])) == ()
-    assert schedule.find_cycle(2, np.array([1]), np.array([1])) == (1, 1)
-
-
 def test_tables_list_incoming_arcs_in_index_order():
     src, dst = np.array([0, 0, 1, 0]), np.array([1, 2, 2, 2])
     tables = schedule.build_schedule_arrays(3, src, dst, np.ones(4, bool))
     levels, width, max_in = tables["in_arc"].shape
     row = tables["in_arc"].reshape(-1, max_in)[tables["state_pos"][2]]
     np.testing.assert_array_equal(row, [1, 2, 3])
+    # The start's row begins with the pseudo-arc A + 1 from position P + 1.
+    start_row = tables["in_arc"].reshape(-1, max_in)[tables["state_pos"][0]]
+    np.testing.assert_array_equal(start_row, [5, 4, 4])
+    assert tables["in_src_pos"].reshape(-1, max_in)[tables["state_pos"][0], 0] == levels * width + 1
     # A state without any arc (other than the start) needs no grid position.
     isolated = schedule.build_schedule_arrays(4, src, dst, np.ones(4, bool))
     assert isolated["state_pos"][3] == levels * width

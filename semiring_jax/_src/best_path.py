@@ -31,9 +31,8 @@ def _chain(num_states: int, is_acceptor: bool) -> Fsa:
 def _best_path_one(fsa: Fsa) -> Fsa:
     schedule = fsa.schedule
     levels, width = schedule.pos_state.shape
-    alpha = recursions.forward_positions(TROPICAL, schedule, fsa.weight)
-    on_path, stop = recursions.path_gradients(TROPICAL, schedule, fsa.weight,
-                                              fsa.final_weight, alpha)
+    alpha, local = recursions.forward_positions(TROPICAL, schedule, fsa.weight, with_local=True)
+    on_path, stop = recursions.path_gradients(TROPICAL, schedule, fsa.final_weight, alpha, local)
     on_path = on_path > 0
     # Levels strictly increase along a path, so sorting the path's arcs by
     # the level of their source puts them in path order.

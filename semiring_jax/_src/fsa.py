@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from semiring_jax._src import checks
-from semiring_jax._src.host import build, dot, schedule, text_io
+from semiring_jax._src.host import build, dot, levels, schedule, text_io
 
 __all__ = ["Fsa", "Schedule", "assemble"]
 
@@ -391,7 +391,7 @@ def _structure(num_states: int, src: np.ndarray, dst: np.ndarray, arc_mask: np.n
                ) -> dict[str, Any]:
     """The `schedule` and `cycle` fields for the given structure."""
     real_src, real_dst = src[arc_mask], dst[arc_mask]
-    cycle = schedule.find_cycle(num_states, real_src, real_dst)
+    cycle = levels.find_cycle(num_states, real_src, real_dst)
     if cycle:
         tables = schedule.empty_schedule_arrays(num_states, src.shape[0])
     else:

@@ -30,11 +30,12 @@ class Semiring:
         sum: ⊕-reduction, `sum(x, axis)`; the reduction of an empty axis is `zero`.
         zero: the identity of ⊕ and annihilator of ⊗ (a Python float).
         one: the identity of ⊗ (a Python float).
-        sum_grad: optional; `sum_grad(x, axis)` is the derivative of
-            `sum(x, axis)` with respect to each entry of `x` (same shape as `x`),
-            and it must be all zeros along a slice whose entries are all `zero`.
-            Only for semirings whose ⊗ is addition (log-domain semirings): when it
-            is given, `tot_score` gets a fast custom backward pass built on it and
+        sum_grad: optional; `sum_grad(x, total, axis)`, given `total =
+            sum(x, axis)`, is the derivative of `sum(x, axis)` with respect
+            to each entry of `x` (same shape as `x`); it must be all zeros
+            along a slice whose entries are all `zero`. Only for semirings
+            whose ⊗ is addition (log-domain semirings): when it is given,
+            `tot_score` gets a fast custom backward pass built on it and
             `arc_posteriors` is defined by it; otherwise gradients come from
             autodiff through the recursion.
 
@@ -87,25 +88,28 @@ def _log_plus(a: jax.typing.ArrayLike, b: jax.typing.ArrayLike) -> jax.Array:
     return jnp.where(nonempty, jnp.log(jnp.where(nonempty, total, 1)), -jnp.inf) + shift
 
 
-def _log_sum_grad(x: jax.typing.ArrayLike, axis: int) -> jax.Array:
-    # softmax; a slice that is all -inf (total -inf) gets weight 0, not NaN.
+def _log_sum_grad(x: jax.typing.ArrayLike, total: jax.typing.ArrayLike,
+                  axis: int) -> jax.Array:
+    # softmax exp(x - total); a slice whose total is -inf gets weight 0, not NaN.
     x = jnp.asarray(x)
-    total = jnp.expand_dims(_log_sum(x, axis), axis)
-    safe_total = jnp.where(jnp.isfinite(total), total, jnp.zeros_like(total))
-    return jnp.where(jnp.isfinite(total), jnp.exp(x - safe_total), 0.0).astype(x.dtype)
+    total = jnp.expand_dims(total, axis)
+    found = jnp.isfinite(total)
+    return jnp.where(found, jnp.exp(x - jnp.where(found, total, 0)), 0).astype(x.dtype)
 
 
 def _max_sum(x: jax.typing.ArrayLike, axis: int) -> jax.Array:
     return jnp.max(x, axis=axis, initial=-jnp.inf)
 
 
-def _max_sum_grad(x: jax.typing.ArrayLike, axis: int) -> jax.Array:
-    # Tie rule: the first maximal entry along `axis` wins.
+def _max_sum_grad(x: jax.typing.ArrayLike, total: jax.typing.ArrayLike,
+                  axis: int) -> jax.Array:
+    # Tie rule: the first maximal entry along `axis` wins. A min over
+    # positions is cheaper than argmax on CPU.
     x = jnp.asarray(x)
-    best = jnp.argmax(x, axis=axis, keepdims=True).astype(jnp.int32)
+    total = jnp.expand_dims(total, axis)
     positions = jax.lax.broadcasted_iota(jnp.int32, x.shape, axis % x.ndim)
-    found = jnp.max(x, axis=axis, keepdims=True, initial=-jnp.inf) > -jnp.inf
-    return ((positions == best) & found).astype(x.dtype)
+    first = jnp.min(jnp.where(x == total, positions, x.shape[axis]), axis=axis, keepdims=True)
+    return ((positions == first) & (total > -jnp.inf)).astype(x.dtype)
 
 
 LOG = Semiring(

@@ -35,31 +35,29 @@ def check_scorable(fsa: Fsa, fn: str) -> None:
 
 def _total(semiring: Semiring, schedule: Schedule, alpha: jax.Array,
            final_weight: jax.Array) -> jax.Array:
-    ending = semiring.times(alpha[:-1], recursions.final_terms(
-        semiring, schedule, final_weight).reshape(-1))
-    return semiring.sum(ending, axis=0)
+    return semiring.sum(semiring.times(alpha[schedule.state_pos], final_weight), axis=0)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _tot_score_core(semiring: Semiring, schedule: Schedule, weight: jax.Array,
                     final_weight: jax.Array) -> jax.Array:
-    alpha = recursions.forward_positions(semiring, schedule, weight)
+    alpha, _ = recursions.forward_positions(semiring, schedule, weight)
     return _total(semiring, schedule, alpha, final_weight)
 
 
 def _tot_score_fwd(semiring, schedule, weight, final_weight):
-    alpha = recursions.forward_positions(semiring, schedule, weight)
+    alpha, local = recursions.forward_positions(semiring, schedule, weight, with_local=True)
     total = _total(semiring, schedule, alpha, final_weight)
-    return total, (schedule, weight, final_weight, alpha)
+    return total, (schedule, final_weight, alpha, local)
 
 
 def _tot_score_bwd(semiring, residuals, cotangent):
     # | total | arc / final gradient                                  |
     # | -inf  | exactly 0 (sum_grad gives 0 on all -inf candidates)   |
     # | +inf  | NaN: a +inf weight is a bug and must stay visible     |
-    schedule, weight, final_weight, alpha = residuals
-    arc_grad, final_grad = recursions.path_gradients(
-        semiring, schedule, weight, final_weight, alpha)
+    schedule, final_weight, alpha, local = residuals
+    arc_grad, final_grad = recursions.path_gradients(semiring, schedule, final_weight,
+                                                     alpha, local)
     return None, arc_grad * cotangent, final_grad * cotangent
 
 
@@ -68,7 +66,7 @@ _tot_score_core.defvjp(_tot_score_fwd, _tot_score_bwd)
 
 def _tot_score_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
     if semiring.sum_grad is None:
-        alpha = recursions.forward_positions(semiring, fsa.schedule, fsa.weight)
+        alpha, _ = recursions.forward_positions(semiring, fsa.schedule, fsa.weight)
         return _total(semiring, fsa.schedule, alpha, fsa.final_weight)
     return _tot_score_core(semiring, fsa.schedule, fsa.weight, fsa.final_weight)
 
@@ -103,7 +101,7 @@ def tot_score(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
 
 
 def _forward_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
-    alpha = recursions.forward_positions(semiring, fsa.schedule, fsa.weight)
+    alpha, _ = recursions.forward_positions(semiring, fsa.schedule, fsa.weight)
     return alpha[fsa.schedule.state_pos]
 
 
@@ -159,9 +157,10 @@ def backward_scores(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
 def _posteriors_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
     if semiring.sum_grad is None:
         return jax.grad(lambda w: _tot_score_one(fsa.replace(weight=w), semiring))(fsa.weight)
-    alpha = recursions.forward_positions(semiring, fsa.schedule, fsa.weight)
-    arc_grad, _ = recursions.path_gradients(semiring, fsa.schedule, fsa.weight,
-                                            fsa.final_weight, alpha)
+    alpha, local = recursions.forward_positions(semiring, fsa.schedule, fsa.weight,
+                                                with_local=True)
+    arc_grad, _ = recursions.path_gradients(semiring, fsa.schedule, fsa.final_weight,
+                                            alpha, local)
     return arc_grad
 
 

@@ -1,0 +1,132 @@
+"""Level assignment of an acyclic FSA's states, and cycle finding (numpy).
+
+A level assignment puts every arc from a lower level to a strictly higher
+one, so a recursion can compute a whole level in one step: the number of
+sequential steps is the number of levels, the FSA's depth plus one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+
+__all__ = ["longest_path_levels", "balanced_levels", "find_cycle"]
+
+
+def _csr(num_states: int, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Arc indices grouped by `keys` (stable), and the [S + 1] row offsets."""
+    order = np.argsort(keys, kind="stable")
+    offsets = np.zeros(num_states + 1, dtype=np.int64)
+    np.cumsum(np.bincount(keys, minlength=num_states), out=offsets[1:])
+    return order, offsets
+
+
+def _rows(states: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Indices, into a CSR's grouped order, of all entries of `states`."""
+    starts, counts = offsets[states], offsets[states + 1] - offsets[states]
+    return np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+
+
+def longest_path_levels(num_states: int, src: np.ndarray,
+                        dst: np.ndarray) -> Optional[np.ndarray]:
+    """Length of the longest path into each state, or None if cyclic.
+
+    Kahn's algorithm, one whole frontier per numpy step.
+
+    Args:
+      num_states: S.
+      src, dst: int [A], the real arcs only.
+    Returns:
+      int64 [S] levels, or None when some state lies on a cycle.
+    """
+    order, offsets = _csr(num_states, src)
+    out_dst = dst[order]
+    in_degree = np.bincount(dst, minlength=num_states)
+    levels = np.full(num_states, -1, dtype=np.int64)
+    frontier = np.flatnonzero(in_degree == 0)
+    level = 0
+    while frontier.size:
+        levels[frontier] = level
+        targets = out_dst[_rows(frontier, offsets)]
+        np.subtract.at(in_degree, targets, 1)
+        targets = np.unique(targets)
+        frontier = targets[in_degree[targets] == 0]
+        level += 1
+    return None if (levels < 0).any() else levels
+
+
+def balanced_levels(num_states: int, src: np.ndarray, dst: np.ndarray,
+                    placed: np.ndarray) -> np.ndarray:
+    """Levels of an acyclic FSA with as few levels, and levels as even, as can be.
+
+    The number of levels is the depth plus one, as with longest paths, but a
+    state with slack (its longest path in is shorter than the room left by
+    its longest path out) may sit later, so that the widest level, which
+    every level is padded to, shrinks. List scheduling: level by level, the
+    ready states that must go now do, and the others fill up to the mean
+    width of the levels left, least slack first.
+
+    Args:
+      num_states: S.
+      src, dst: int [A], the real arcs only (acyclic).
+      placed: bool [S], the states to give levels (the others get -1).
+    Returns:
+      int64 [S] levels.
+    """
+    earliest = longest_path_levels(num_states, src, dst)
+    height = longest_path_levels(num_states, dst, src)
+    num_levels = int(earliest[placed].max()) + 1
+    latest = num_levels - 1 - height
+    unassigned = int(placed.sum())
+    order, offsets = _csr(num_states, src)
+    out_dst = dst[order]
+    waiting = np.bincount(dst, minlength=num_states)  # unplaced predecessors
+    levels = np.full(num_states, -1, dtype=np.int64)
+    ready = np.flatnonzero(placed & (waiting == 0))
+    for level in range(num_levels):
+        capacity = math.ceil(unassigned / (num_levels - level))  # the mean width left
+        urgent = latest[ready] <= level
+        chosen, rest = ready[urgent], ready[~urgent]
+        room = max(capacity - chosen.size, 0)
+        if rest.size > room:
+            by_slack = np.argsort(latest[rest], kind="stable")
+            chosen, rest = np.concatenate([chosen, rest[by_slack[:room]]]), rest[by_slack[room:]]
+        else:
+            chosen, rest = np.concatenate([chosen, rest]), rest[:0]
+        levels[chosen] = level
+        unassigned -= chosen.size
+        targets = out_dst[_rows(chosen, offsets)]
+        np.subtract.at(waiting, targets, 1)
+        targets = np.unique(targets)
+        ready = np.concatenate([rest, targets[waiting[targets] == 0]])
+    return levels
+
+
+def find_cycle(num_states: int, src: np.ndarray, dst: np.ndarray) -> tuple[int, ...]:
+    """A cycle of states (first state repeated at the end), or () if acyclic."""
+    if longest_path_levels(num_states, src, dst) is not None:
+        return ()
+    # Strip states that cannot be on a cycle (no arc in or no arc out),
+    # then walk arcs inside the remaining core until a state repeats.
+    alive = np.ones(num_states, dtype=bool)
+    arc_alive = np.ones(src.shape[0], dtype=bool)
+    while True:
+        has_in = np.bincount(dst[arc_alive], minlength=num_states) > 0
+        has_out = np.bincount(src[arc_alive], minlength=num_states) > 0
+        new_alive = alive & has_in & has_out
+        arc_alive &= new_alive[src] & new_alive[dst]
+        if (new_alive == alive).all():
+            break
+        alive = new_alive
+    next_state = {}
+    for s, d in zip(src[arc_alive].tolist(), dst[arc_alive].tolist()):
+        next_state.setdefault(s, d)
+    state = int(np.flatnonzero(alive)[0])
+    seen = []
+    while state not in seen:
+        seen.append(state)
+        state = next_state[state]
+    cycle = seen[seen.index(state):]
+    return tuple(cycle + [cycle[0]])

@@ -65,8 +65,8 @@ def balanced_levels(num_states: int, src: np.ndarray, dst: np.ndarray,
     state with slack (its longest path in is shorter than the room left by
     its longest path out) may sit later, so that the widest level, which
     every level is padded to, shrinks. List scheduling: level by level, the
-    ready states that must go now do, and the others fill up to the mean
-    width of the levels left, least slack first.
+    ready states that must go now do, and the others fill up to a width no
+    assignment can beat, least slack first.
 
     Args:
       num_states: S.
@@ -79,14 +79,20 @@ def balanced_levels(num_states: int, src: np.ndarray, dst: np.ndarray,
     height = longest_path_levels(num_states, dst, src)
     num_levels = int(earliest[placed].max()) + 1
     latest = num_levels - 1 - height
-    unassigned = int(placed.sum())
+    # No level assignment can be narrower than what must fit below each
+    # level (states whose latest level is at most l) or above it (states
+    # whose earliest level is at least l): aim at that width from the start.
+    counts_latest = np.bincount(latest[placed], minlength=num_levels)
+    counts_earliest = np.bincount(earliest[placed], minlength=num_levels)
+    below = np.cumsum(counts_latest) / np.arange(1, num_levels + 1)
+    above = np.cumsum(counts_earliest[::-1])[::-1] / np.arange(num_levels, 0, -1)
+    capacity = math.ceil(max(below.max(), above.max()))
     order, offsets = _csr(num_states, src)
     out_dst = dst[order]
     waiting = np.bincount(dst, minlength=num_states)  # unplaced predecessors
     levels = np.full(num_states, -1, dtype=np.int64)
     ready = np.flatnonzero(placed & (waiting == 0))
     for level in range(num_levels):
-        capacity = math.ceil(unassigned / (num_levels - level))  # the mean width left
         urgent = latest[ready] <= level
         chosen, rest = ready[urgent], ready[~urgent]
         room = max(capacity - chosen.size, 0)
@@ -96,7 +102,6 @@ def balanced_levels(num_states: int, src: np.ndarray, dst: np.ndarray,
         else:
             chosen, rest = np.concatenate([chosen, rest]), rest[:0]
         levels[chosen] = level
-        unassigned -= chosen.size
         targets = out_dst[_rows(chosen, offsets)]
         np.subtract.at(waiting, targets, 1)
         targets = np.unique(targets)

@@ -45,3 +45,16 @@ def as_rows(arcs, transducer=False):
     if transducer:
         return list(arcs)
     return [(s, d, i, w) for s, d, i, _, w in arcs]
+
+
+def padded(fsa):
+    """`fsa` (from `acyclic_fsas()` with default sizes) padded to one fixed
+    shape: a single compile serves every draw, padding must not change any
+    result, and K = 4 slots per row makes states of degree > 4 use several
+    rows, so the combine step is exercised too."""
+    from semiring_jax._src.batch import pad_entry
+    from semiring_jax._src.host.schedule import ScheduleShape
+
+    shape = ScheduleShape(levels=6, width=6, in_rows=10, max_in=4, in_parts=4,
+                          out_rows=10, max_out=4, out_parts=3)
+    return pad_entry(fsa, 6, 12, shape)

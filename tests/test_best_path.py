@@ -8,17 +8,15 @@ import numpy as np
 from hypothesis import given, settings
 
 import semiring_jax as sj
-from semiring_jax._src.batch import pad_entry
-from semiring_jax._src.host.schedule import ScheduleShape
 from tests import oracles
-from tests.strategies import acyclic_fsas, as_rows
+from tests.strategies import acyclic_fsas, as_rows, padded
 
 
 def build(data, transducer=False):
     num_states, arcs, final = data
     fsa = sj.Fsa.from_arcs(as_rows(arcs, transducer), final, num_states=num_states,
                            dtype="float64")
-    return pad_entry(fsa, 6, 12, ScheduleShape(6, 6, 12, 12))
+    return padded(fsa)
 
 
 @settings(max_examples=60, deadline=None)

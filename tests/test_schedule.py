@@ -14,16 +14,37 @@ def test_number_of_steps_is_the_depth_not_the_states():
     # 1,000 states in a fan: depth 2, so 3 levels whatever the width.
     arcs = [(0, s, 1, 0.0) for s in range(1, 999)] + [(s, 999, 1, 0.0) for s in range(1, 999)]
     fsa = sj.Fsa.from_arcs(arcs, final=[999])
-    levels, width, max_in = fsa.schedule.in_arc.shape
-    assert (levels, width, max_in) == (3, 998, 998)
+    assert fsa.schedule.pos_state.shape == (3, 998)
+    # State 999's 998 arcs are split into rows, so no level is padded to 998
+    # slots per state.
+    levels, rows, slots = fsa.schedule.in_arc.shape
+    assert rows * slots < 998 * 998 // 20
     chain = sj.linear_fsa(np.ones(50, np.int32))
     assert chain.schedule.in_arc.shape == (51, 1, 1)
+    assert float(sj.tot_score(fsa)) == pytest.approx(np.log(998))
+
+
+def test_rows_split_high_degree_states():
+    # State 5 has 7 incoming arcs; with K = 2 slots they fill 4 rows.
+    src = np.array([0, 0, 0, 0, 1, 2, 3, 4, 0])
+    dst = np.array([1, 2, 3, 4, 5, 5, 5, 5, 5])
+    src, dst = np.concatenate([src, [1, 2]]), np.concatenate([dst, [5, 5]])
+    shape = schedule.schedule_shape(6, src, dst, max_in=2, max_out=4)
+    assert (shape.max_in, shape.in_parts) == (2, 4)
+    tables = schedule.build_schedule_arrays(6, src, dst, np.ones(src.size, bool), shape)
+    level, rank = divmod(int(tables["state_pos"][5]), shape.width)
+    rows = tables["in_combine"][level, rank]
+    entries = tables["in_arc"][level][rows].reshape(-1)
+    np.testing.assert_array_equal(entries[:7], [4, 5, 6, 7, 8, 9, 10])  # arc order kept
+    fsa = sj.Fsa.from_arcs([(s, d, 1, 0.0) for s, d in zip(src, dst)], final=[5])
+    assert float(sj.tot_score(fsa)) == pytest.approx(np.log(7))
 
 
 def test_tables_list_incoming_arcs_in_index_order():
     src, dst = np.array([0, 0, 1, 0]), np.array([1, 2, 2, 2])
     tables = schedule.build_schedule_arrays(3, src, dst, np.ones(4, bool))
-    levels, width, max_in = tables["in_arc"].shape
+    levels, width = tables["pos_state"].shape
+    max_in = tables["in_arc"].shape[-1]
     row = tables["in_arc"].reshape(-1, max_in)[tables["state_pos"][2]]
     np.testing.assert_array_equal(row, [1, 2, 3])
     # The start's row begins with the pseudo-arc A + 1 from position P + 1.

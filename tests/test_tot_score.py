@@ -10,10 +10,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import semiring_jax as sj
-from semiring_jax._src.batch import pad_entry
-from semiring_jax._src.host.schedule import ScheduleShape
 from tests import oracles
-from tests.strategies import acyclic_fsas, as_rows
+from tests.strategies import acyclic_fsas, as_rows, padded
 
 SETTINGS = settings(max_examples=60, deadline=None)
 TOL = {"float32": dict(rtol=2e-5, atol=2e-5), "float64": dict(rtol=1e-10, atol=1e-10)}
@@ -31,7 +29,7 @@ def build(data, dtype, transducer=False):
 def build_padded(data, dtype):
     """Padded to the strategy's maximum sizes: one compile serves all draws,
     and padding must not change any result."""
-    return pad_entry(build(data, dtype), 6, 12, ScheduleShape(6, 6, 12, 12))
+    return padded(build(data, dtype))
 
 
 def unpad(values, size):
@@ -113,7 +111,7 @@ def test_user_semiring_matches_brute_force(data):
     exp_final = {s: math.exp(w) for s, w in final.items()}
     exp_data = (num_states, exp_arcs, exp_final)
     fsa = build(exp_data, "float64")
-    fsa = pad_entry(fsa, 6, 12, ScheduleShape(6, 6, 12, 12)).replace(
+    fsa = padded(fsa).replace(
         final_weight=np.append(exp_final_array(exp_data), np.zeros(6 - num_states)),
         weight=np.append(np.asarray(fsa.weight[:len(arcs)]), np.zeros(12 - len(arcs))))
     tol = TOL["float64"]

@@ -92,19 +92,11 @@ def stack(fsas: Sequence[Fsa], *, bucket: bool = False) -> Fsa:
         if fsa.dtype != fsas[0].dtype:
             raise ValueError(f"stack: fsas[{i}] has {fsa.dtype} weights but fsas[0] has "
                              f"{fsas[0].dtype}")
-    structures = [_host_structure(fsa, "stack") for fsa in fsas]
     num_states = max(fsa.num_states for fsa in fsas)
     num_arcs = max(fsa.num_arcs for fsa in fsas)
-    shapes = [schedule.schedule_shape(f.num_states, s[0][s[2]], s[1][s[2]])
-              for f, s in zip(fsas, structures)]
-    shape = None
-    if all(s is not None for s in shapes):
-        shape = shapes[0]
-        for other in shapes[1:]:
-            shape = shape.maximum(other)
+    shape = _common_shape(fsas, bucket)
     if bucket:
         num_states, num_arcs = _bucket(num_states), _bucket(num_arcs)
-        shape = None if shape is None else schedule.ScheduleShape(*map(_bucket, shape))
     padded = [pad_entry(fsa, num_states, num_arcs, shape) for fsa in fsas]
     cycle = next((entry.cycle for entry in padded if entry.cycle), ())
     if cycle:  # one cyclic entry: no schedule for anyone, score ops refuse it
@@ -112,6 +104,28 @@ def stack(fsas: Sequence[Fsa], *, bucket: bool = False) -> Fsa:
     leaves = jax.tree_util.tree_map(lambda *values: _stack_leaves(values),
                                     *[_dropped_meta(entry) for entry in padded])
     return Fsa(**leaves, cycle=cycle, is_acceptor=fsas[0].is_acceptor)
+
+
+def _common_shape(fsas: Sequence[Fsa], bucket: bool) -> Optional[schedule.ScheduleShape]:
+    """The smallest schedule shape that fits every entry; None if one is cyclic.
+
+    All entries must use the same K (slots per row): the largest of their
+    own choices, after which their row counts are taken at that K.
+    """
+    real_arcs = []
+    for fsa in fsas:
+        src, dst, arc_mask = _host_structure(fsa, "stack")
+        real_arcs.append((fsa.num_states, src[arc_mask], dst[arc_mask]))
+    shapes = [schedule.schedule_shape(*arcs) for arcs in real_arcs]
+    if any(shape is None for shape in shapes):
+        return None
+    round_up = _bucket if bucket else (lambda size: size)
+    max_in = round_up(max(shape.max_in for shape in shapes))
+    max_out = round_up(max(shape.max_out for shape in shapes))
+    shapes = [schedule.schedule_shape(*arcs, max_in=max_in, max_out=max_out)
+              for arcs in real_arcs]
+    common = functools.reduce(schedule.ScheduleShape.maximum, shapes)
+    return schedule.ScheduleShape(*map(round_up, common))
 
 
 def pad_entry(fsa: Fsa, num_states: int, num_arcs: int,

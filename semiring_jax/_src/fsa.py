@@ -27,17 +27,22 @@ __all__ = ["Fsa", "Schedule", "assemble"]
 class Schedule:
     """Index tables of the level schedule (see `host/schedule.py`).
 
-    Positions live in an [L, W] grid flattened to P = L * W, plus a dummy P.
+    Positions live in an [L, W] grid flattened to P = L * W, followed by the
+    dummy positions P (zero) and P + 1 (one). A state's arcs sit in rows of
+    K slots; R rows per level, at most C rows per state.
 
     Attributes:
       state_pos: int32 [S], the grid position of each state (P if none).
       pos_state: int32 [L, W], the state at each position (S if padding).
-      in_arc, in_src_pos: int32 [L, W, K], incoming arcs of each position in
-        arc-index order, and their source positions (padding: A and P).
-      out_arc, out_dst_pos: int32 [L, W, K_out], the same for outgoing arcs.
+      in_arc, in_src_pos: int32 [L, R, K], incoming arcs in arc-index order
+        and their source positions (padding: arc A and position P; the
+        start's pseudo-arc: arc A + 1 from position P + 1).
+      in_combine: int32 [L, W, C], each state's rows (R for none).
+      in_row_part: int32 [L, R], each row's index in a flattened [W, C].
+      out_arc, out_dst_pos, out_combine: the same for outgoing arcs.
       arc_src_pos, arc_dst_pos: int32 [A], positions of each arc's ends.
-      arc_grad_index: int32 [A], where each arc sits in the flattened
-        [P, 1 + K] table of a step's candidates (dummy P * (1 + K)).
+      arc_grad_index: int32 [A], each arc's index in the flattened in-table
+        (L * R * K for padding arcs).
       real_sizes: int32 [2], the states and arcs before batch padding.
     """
 
@@ -45,8 +50,11 @@ class Schedule:
     pos_state: jax.Array
     in_arc: jax.Array
     in_src_pos: jax.Array
+    in_combine: jax.Array
+    in_row_part: jax.Array
     out_arc: jax.Array
     out_dst_pos: jax.Array
+    out_combine: jax.Array
     arc_src_pos: jax.Array
     arc_dst_pos: jax.Array
     arc_grad_index: jax.Array

@@ -31,6 +31,15 @@ def _level_scan(step, init: jax.Array, xs, *, reverse: bool):
                         reverse=reverse)
 
 
+def _combine(semiring: Semiring, row_values: jax.Array,
+             combine: jax.Array) -> tuple[jax.Array, Optional[jax.Array]]:
+    """⊕ of each state's rows: [R] -> [W], and the [W, C] parts (or None)."""
+    if combine.shape[-1] == 1 and row_values.shape[0] == combine.shape[0]:
+        return row_values, None  # one row per state: nothing to combine
+    parts = _append(row_values, semiring.zero)[combine]  # [W, C]
+    return semiring.sum(parts, axis=1), parts
+
+
 def forward_positions(semiring: Semiring, schedule: Schedule, weight: jax.Array, *,
                       with_local: bool = False) -> tuple[jax.Array, Optional[jax.Array]]:
     """Forward scores α: ⊕ over paths from the start, per position.
@@ -39,26 +48,33 @@ def forward_positions(semiring: Semiring, schedule: Schedule, weight: jax.Array,
       semiring: the semiring.
       schedule: the tables of an unbatched Fsa.
       weight: float [A].
-      with_local: also return each in-arc slot's local derivative
-        `sum_grad` (needs a semiring that has it), for `path_gradients`.
+      with_local: also return each in-arc slot's local derivative (by
+        `semiring.sum_grad`, which it needs) for `path_gradients`.
     Returns:
       α, float [P + 2] (entries P, P + 1 are zero and one), and the local
-      derivatives, float [L, W, K] (or None).
+      derivatives, float [L, R, K] (or None).
     """
-    levels, width, _ = schedule.in_arc.shape
+    levels, width = schedule.pos_state.shape
     # Dummy arcs: A has weight zero (padding), A + 1 weight one (start).
-    in_weight = _append(weight, semiring.zero, semiring.one)[schedule.in_arc]  # [L, W, K]
+    in_weight = _append(weight, semiring.zero, semiring.one)[schedule.in_arc]  # [L, R, K]
 
     def step(alpha, xs):
-        level, (in_src_pos, in_weight_level) = xs
-        entering = semiring.times(alpha[in_src_pos], in_weight_level)  # [W, K]
-        new = semiring.sum(entering, axis=1)
-        local = semiring.sum_grad(entering, new, axis=1) if with_local else None
+        level, (in_src_pos, in_weight_level, combine, row_part) = xs
+        entering = semiring.times(alpha[in_src_pos], in_weight_level)  # [R, K]
+        rows = semiring.sum(entering, axis=1)
+        new, parts = _combine(semiring, rows, combine)
+        local = None
+        if with_local:
+            local = semiring.sum_grad(entering, rows, axis=1)
+            if parts is not None:  # chain rule through the combine step
+                part_local = semiring.sum_grad(parts, new, axis=1).reshape(-1)
+                local = local * _append(part_local, 0)[row_part][:, None]
         return jax.lax.dynamic_update_slice(alpha, new, (level * width,)), local
 
     alpha = jnp.full((levels * width,), semiring.zero, weight.dtype)
     alpha = _append(alpha, semiring.zero, semiring.one)
-    return _level_scan(step, alpha, (schedule.in_src_pos, in_weight), reverse=False)
+    return _level_scan(step, alpha, (schedule.in_src_pos, in_weight, schedule.in_combine,
+                                     schedule.in_row_part), reverse=False)
 
 
 def backward_positions(semiring: Semiring, schedule: Schedule, weight: jax.Array,
@@ -68,20 +84,20 @@ def backward_positions(semiring: Semiring, schedule: Schedule, weight: jax.Array
     Returns:
       float [P + 1]; entry P (the dummy) is `zero`.
     """
-    levels, width, max_out = schedule.out_arc.shape
-    out_weight = _append(weight, semiring.zero)[schedule.out_arc]  # [L, W, K_out]
+    levels, width = schedule.pos_state.shape
+    out_weight = _append(weight, semiring.zero)[schedule.out_arc]  # [L, R, K_out]
     final = _append(final_weight, semiring.zero)[schedule.pos_state]  # [L, W]
 
     def step(beta, xs):
-        level, (out_dst_pos, out_weight_level, final_level) = xs
-        new = final_level
-        if max_out:
-            leaving = semiring.times(out_weight_level, beta[out_dst_pos])  # [W, K_out]
-            new = semiring.plus(new, semiring.sum(leaving, axis=1))
+        level, (out_dst_pos, out_weight_level, combine, final_level) = xs
+        leaving = semiring.times(out_weight_level, beta[out_dst_pos])  # [R, K_out]
+        rows = semiring.sum(leaving, axis=1)
+        new = semiring.plus(final_level, _combine(semiring, rows, combine)[0])
         return jax.lax.dynamic_update_slice(beta, new, (level * width,)), None
 
     beta = jnp.full((levels * width + 1,), semiring.zero, weight.dtype)
-    beta, _ = _level_scan(step, beta, (schedule.out_dst_pos, out_weight, final), reverse=True)
+    beta, _ = _level_scan(step, beta, (schedule.out_dst_pos, out_weight, schedule.out_combine,
+                                       final), reverse=True)
     return beta
 
 
@@ -116,14 +132,19 @@ def path_gradients(semiring: Semiring, schedule: Schedule, final_weight: jax.Arr
     ending = semiring.times(alpha[schedule.state_pos], final_weight)  # [S]
     final_local = semiring.sum_grad(ending, semiring.sum(ending, axis=0), axis=0)
     final_local_grid = _append(final_local, 0)[schedule.pos_state]  # [L, W]
-    out_local = _append(arc_local, 0)[schedule.out_arc]  # [L, W, K_out]
+    out_local = _append(arc_local, 0)[schedule.out_arc]  # [L, R, K_out]
 
     def step(adjoint, xs):
-        level, (out_dst_pos, out_local_level, final_level) = xs
-        new = final_level + jnp.sum(adjoint[out_dst_pos] * out_local_level, axis=1)
+        level, (out_dst_pos, out_local_level, combine, final_level) = xs
+        rows = jnp.sum(adjoint[out_dst_pos] * out_local_level, axis=1)  # [R]
+        if combine.shape[-1] == 1 and rows.shape[0] == combine.shape[0]:
+            new = final_level + rows
+        else:
+            new = final_level + jnp.sum(_append(rows, 0)[combine], axis=1)
         return jax.lax.dynamic_update_slice(adjoint, new, (level * width,)), None
 
     adjoint = jnp.zeros((levels * width + 1,), final_weight.dtype)
-    adjoint, _ = _level_scan(step, adjoint, (schedule.out_dst_pos, out_local, final_local_grid),
+    adjoint, _ = _level_scan(step, adjoint, (schedule.out_dst_pos, out_local,
+                                             schedule.out_combine, final_local_grid),
                              reverse=True)
     return adjoint[schedule.arc_dst_pos] * arc_local, final_local

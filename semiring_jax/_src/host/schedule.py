@@ -3,13 +3,21 @@
 Each state with an arc (and the start state) gets a *position* in an [L, W]
 grid (level, rank in level; levels from `levels.balanced_levels`), kept flat
 as `level * W + rank`. Two dummy positions follow the grid: `P = L * W`
-holds the semiring's zero and `P + 1` its one. Padding in every table points
-at position P, or at the dummy arc `A` (weight zero). The start state's row
-of incoming arcs begins with a pseudo-arc `A + 1` (weight one) from position
-P + 1: that is how a path starts, with no special case in the recursion, and
-it sits first so that starting fresh wins a TROPICAL tie. States with no
-real arc, other than the start, need no position and map to P, so that
-batch padding does not widen any level.
+holds the semiring's zero and `P + 1` its one. States with no real arc,
+other than the start, need no position and map to P, so that batch padding
+does not widen any level.
+
+A recursion step pulls, for each state of a level, the scores at the other
+ends of its arcs. A state's arcs are split into *rows* of K slots, so that
+one state with many arcs does not pad every state to its degree: row r < W
+is the first row of the state of rank r, rows W, W + 1, ... hold further
+rows, and a [W, C] *combine* table lists each state's rows (C = most rows
+of one state). K is chosen per FSA to minimise the padded work.
+
+Padding points at position P and at the dummy arc `A` (weight zero). The
+start state's first incoming slot is a pseudo-arc `A + 1` (weight one) from
+position P + 1: that is how a path starts, with no special case in the
+recursion, and it comes first so that starting fresh wins a TROPICAL tie.
 """
 
 from __future__ import annotations
@@ -25,72 +33,150 @@ __all__ = ["ScheduleShape", "schedule_shape", "build_schedule_arrays",
 
 
 class ScheduleShape(NamedTuple):
-    """Padded sizes of a schedule: levels L, width W, in/out degree K."""
+    """Padded sizes of a schedule.
+
+    levels L, width W; for incoming and outgoing arcs: rows per level, K
+    slots per row, and C rows per state at most.
+    """
 
     levels: int
     width: int
+    in_rows: int
     max_in: int
+    in_parts: int
+    out_rows: int
     max_out: int
+    out_parts: int
 
     def maximum(self, other: "ScheduleShape") -> "ScheduleShape":
         return ScheduleShape(*(max(a, b) for a, b in zip(self, other)))
 
 
-def _placed(num_states: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+class _Structure(NamedTuple):
+    """What the tables are built from: levels and arc ends of real arcs."""
+
+    num_states: int
+    src: np.ndarray
+    dst: np.ndarray
+    levels: np.ndarray  # [S], -1 where a state needs no position
+    placed: np.ndarray  # [S] bool
+
+
+def _structure(num_states: int, src: np.ndarray, dst: np.ndarray) -> _Structure:
     placed = (np.bincount(src, minlength=num_states)
               + np.bincount(dst, minlength=num_states)) > 0
     placed[0] = True
-    return placed
+    levels = levels_lib.balanced_levels(num_states, src, dst, placed)
+    return _Structure(num_states, src, dst, levels, placed)
 
 
-def _natural_shape(num_states: int, src: np.ndarray, dst: np.ndarray,
-                   levels: np.ndarray, placed: np.ndarray) -> ScheduleShape:
-    in_degree = np.bincount(dst, minlength=num_states)
-    in_degree[0] += 1  # the start's pseudo-arc
-    return ScheduleShape(
-        levels=int(levels[placed].max()) + 1,
-        width=int(np.bincount(levels[placed]).max()),
-        max_in=int(in_degree.max()),
-        max_out=int(np.bincount(src, minlength=1).max(initial=0)))
+def _degrees(structure: _Structure) -> tuple[np.ndarray, np.ndarray]:
+    """In-degree (the start's pseudo-arc counted) and out-degree per state."""
+    in_degree = np.bincount(structure.dst, minlength=structure.num_states)
+    in_degree[0] += 1
+    return in_degree, np.bincount(structure.src, minlength=structure.num_states)
 
 
-def schedule_shape(num_states: int, src: np.ndarray,
-                   dst: np.ndarray) -> Optional[ScheduleShape]:
-    """The unpadded schedule sizes of an FSA's real arcs; None if cyclic."""
+def _row_counts(structure: _Structure, degree: np.ndarray, slots: int,
+                width: int) -> tuple[int, int]:
+    """(rows per level, most rows of one state) with `slots` per row."""
+    rows = np.maximum(-(-degree[structure.placed] // slots), 1)
+    extra = np.bincount(structure.levels[structure.placed], weights=rows - 1)
+    return width + int(extra.max()), int(rows.max())
+
+
+# A combine step costs a few more kernel launches per level, worth about
+# this many slots of gather-and-reduce work on a CPU.
+_COMBINE_OVERHEAD = 64
+
+
+def _best_slots(structure: _Structure, degree: np.ndarray, width: int) -> int:
+    """The K that minimises the padded work of a level step."""
+    most = max(int(degree.max()), 1)
+    candidates = sorted(set(range(1, min(most, 32) + 1)) | {most}
+                        | {2 ** k for k in range(5, most.bit_length())})
+    best, best_cost = 1, None
+    for slots in candidates:
+        rows, parts = _row_counts(structure, degree, slots, width)
+        cost = rows * slots + (width * parts + _COMBINE_OVERHEAD if parts > 1 else 0)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = slots, cost
+    return best
+
+
+def _shape(structure: _Structure, max_in: Optional[int] = None,
+           max_out: Optional[int] = None) -> ScheduleShape:
+    placed_levels = structure.levels[structure.placed]
+    width = int(np.bincount(placed_levels).max())
+    in_degree, out_degree = _degrees(structure)
+    max_in = max_in or _best_slots(structure, in_degree, width)
+    max_out = max_out or _best_slots(structure, out_degree, width)
+    in_rows, in_parts = _row_counts(structure, in_degree, max_in, width)
+    out_rows, out_parts = _row_counts(structure, out_degree, max_out, width)
+    return ScheduleShape(int(placed_levels.max()) + 1, width, in_rows, max_in, in_parts,
+                         out_rows, max_out, out_parts)
+
+
+def schedule_shape(num_states: int, src: np.ndarray, dst: np.ndarray, *,
+                   max_in: Optional[int] = None,
+                   max_out: Optional[int] = None) -> Optional[ScheduleShape]:
+    """Unpadded schedule sizes of an FSA's real arcs; None if cyclic.
+
+    `max_in` / `max_out` fix K (slots per row); by default each is chosen.
+    """
     if levels_lib.longest_path_levels(num_states, src, dst) is None:
         return None
-    placed = _placed(num_states, src, dst)
-    levels = levels_lib.balanced_levels(num_states, src, dst, placed)
-    return _natural_shape(num_states, src, dst, levels, placed)
+    return _shape(_structure(num_states, src, dst), max_in, max_out)
 
 
-def _positions(levels: np.ndarray, placed: np.ndarray, width: int,
-               num_positions: int) -> np.ndarray:
+def _positions(structure: _Structure, width: int, num_positions: int) -> np.ndarray:
     """Flat grid position of each state; `num_positions` where it has none."""
-    states = np.flatnonzero(placed)
-    order = states[np.argsort(levels[states], kind="stable")]
-    sorted_levels = levels[order]
+    states = np.flatnonzero(structure.placed)
+    order = states[np.argsort(structure.levels[states], kind="stable")]
+    sorted_levels = structure.levels[order]
     rank = np.arange(order.size) - np.searchsorted(sorted_levels, sorted_levels)
-    positions = np.full(levels.shape[0], num_positions, dtype=np.int64)
+    positions = np.full(structure.num_states, num_positions, dtype=np.int64)
     positions[order] = sorted_levels * width + rank
     return positions
 
 
-def _arc_table(key_positions: np.ndarray, num_positions: int, width: int,
-               fill: int) -> tuple[np.ndarray, np.ndarray]:
-    """[P, width] table of entry indices grouped by `key_positions`.
+def _pull_tables(key_pos: np.ndarray, shape: ScheduleShape, rows: int, slots: int,
+                 parts: int, fill: int) -> dict[str, np.ndarray]:
+    """Entries grouped by the position of their key state, split into rows.
 
-    Entries appear in increasing index order in each row (the tie rule relies
-    on it); empty slots hold `fill`. Returns the table and each entry's slot.
+    Args:
+      key_pos: int [E], the grid position of each entry's state; a state's
+        entries go into its rows in entry order (the tie rule relies on it).
+      shape: the padded sizes; rows, slots, parts: this direction's.
+      fill: the entry index for empty slots.
+    Returns:
+      `table` [L, rows, slots] of entry indices, `combine` [L, W, parts] of
+      row indices (`rows` for none), `row_part` [L, rows]: each row's index
+      in the flattened [W, parts] combine table (W * parts for none), and
+      `entry_slot` [E]: each entry's index in the flattened table.
     """
-    order = np.argsort(key_positions, kind="stable")
-    sorted_positions = key_positions[order]
-    slot_sorted = np.arange(order.size) - np.searchsorted(sorted_positions, sorted_positions)
-    table = np.full((num_positions + 1, max(width, 1)), fill, dtype=np.int64)
-    table[sorted_positions, slot_sorted] = order
-    slots = np.empty(order.size, dtype=np.int64)
-    slots[order] = slot_sorted
-    return table[:num_positions, :width], slots
+    levels, width = shape.levels, shape.width
+    order = np.argsort(key_pos, kind="stable")
+    sorted_pos = key_pos[order]
+    rank_in_state = np.arange(order.size) - np.searchsorted(sorted_pos, sorted_pos)
+    part, slot = rank_in_state // slots, rank_in_state % slots
+    level, state_rank = sorted_pos // width, sorted_pos % width
+    # Extra rows (part >= 1) are numbered after the W first rows, level by level.
+    is_extra = part >= 1
+    starts_row = is_extra & (slot == 0)
+    extra_index = np.cumsum(starts_row) - 1  # running count of extra rows
+    level_start = np.searchsorted(level[starts_row], np.arange(levels))
+    row = np.where(is_extra, width + extra_index - level_start[level], state_rank)
+    table = np.full((levels, rows, slots), fill, dtype=np.int64)
+    table[level, row, slot] = order
+    combine = np.full((levels, width, parts), rows, dtype=np.int64)
+    combine[level, state_rank, part] = row
+    combine[:, :, 0] = np.arange(width)  # every state's first row is its own
+    row_part = np.full((levels, rows), width * parts, dtype=np.int64)
+    row_part[level, row] = state_rank * parts + part
+    entry_slot = np.empty(order.size, dtype=np.int64)
+    entry_slot[order] = (level * rows + row) * slots + slot
+    return dict(table=table, combine=combine, row_part=row_part, entry_slot=entry_slot)
 
 
 def build_schedule_arrays(num_states: int, src: np.ndarray, dst: np.ndarray,
@@ -102,48 +188,51 @@ def build_schedule_arrays(num_states: int, src: np.ndarray, dst: np.ndarray,
       num_states: S (padded).
       src, dst: int [A] (padded); only arcs with `arc_mask` count.
       arc_mask: bool [A].
-      shape: padded sizes, at least the natural ones; natural if None.
+      shape: padded sizes; its `max_in` / `max_out` fix K, and every other
+        size is at least the natural one at that K. Natural if None.
     Returns:
       A dict of int32 arrays, the fields of `Schedule` (see fsa.py).
     """
     num_arcs = src.shape[0]
     real = np.flatnonzero(arc_mask)
     real_src, real_dst = src[real], dst[real]
-    placed = _placed(num_states, real_src, real_dst)
-    levels = levels_lib.balanced_levels(num_states, real_src, real_dst, placed)
-    natural = _natural_shape(num_states, real_src, real_dst, levels, placed)
-    shape = natural if shape is None else natural.maximum(shape)
-    grid = (shape.levels, shape.width)
+    structure = _structure(num_states, real_src, real_dst)
+    if shape is None:
+        shape = _shape(structure)
+    else:
+        shape = _shape(structure, shape.max_in, shape.max_out).maximum(shape)
     num_positions = shape.levels * shape.width
-    state_pos = _positions(levels, placed, shape.width, num_positions)
+    state_pos = _positions(structure, shape.width, num_positions)
     pos_state = np.full(num_positions + 1, num_states, dtype=np.int64)
     pos_state[state_pos] = np.arange(num_states)
-    # Incoming arcs: the start's pseudo-arc (entry 0), then the real arcs.
-    in_entries = np.concatenate([[num_arcs + 1], real])
-    in_entry_src_pos = np.concatenate([[num_positions + 1], state_pos[real_src]])
-    in_table, in_slot = _arc_table(np.concatenate([[state_pos[0]], state_pos[real_dst]]),
-                                   num_positions, shape.max_in, fill=real.size + 1)
-    in_arc = np.append(in_entries, num_arcs)[in_table]
-    in_src_pos = np.append(in_entry_src_pos, num_positions)[in_table]
-    out_table, _ = _arc_table(state_pos[real_src], num_positions, shape.max_out,
-                              fill=real.size)
-    out_arc = np.append(real, num_arcs)[out_table]
-    out_dst_pos = np.append(state_pos[real_dst], num_positions)[out_table]
+    # Incoming entries: the start's pseudo-arc (entry 0), then the real arcs.
+    incoming = _pull_tables(np.concatenate([[state_pos[0]], state_pos[real_dst]]), shape,
+                            shape.in_rows, shape.max_in, shape.in_parts, fill=real.size + 1)
+    in_arc = np.concatenate([[num_arcs + 1], real, [num_arcs]])[incoming["table"]]
+    in_src_pos = np.concatenate([[num_positions + 1], state_pos[real_src],
+                                 [num_positions]])[incoming["table"]]
+    outgoing = _pull_tables(state_pos[real_src], shape, shape.out_rows, shape.max_out,
+                            shape.out_parts, fill=real.size)
+    out_arc = np.append(real, num_arcs)[outgoing["table"]]
+    out_dst_pos = np.append(state_pos[real_dst], num_positions)[outgoing["table"]]
     arc_src_pos = np.full(num_arcs, num_positions, dtype=np.int64)
     arc_dst_pos = np.full(num_arcs, num_positions, dtype=np.int64)
     arc_src_pos[real] = state_pos[real_src]
     arc_dst_pos[real] = state_pos[real_dst]
-    # Where each arc's local gradient sits in the flattened [P, K] table of
-    # in-arc slots; the dummy index P * K is a zero appended after it.
-    arc_grad_index = np.full(num_arcs, num_positions * shape.max_in, dtype=np.int64)
-    arc_grad_index[real] = state_pos[real_dst] * shape.max_in + in_slot[1:]
+    # Where each arc's local derivative sits in the flattened [L, rows, K]
+    # in-table; the dummy index just past it holds a zero.
+    arc_grad_index = np.full(num_arcs, in_arc.size, dtype=np.int64)
+    arc_grad_index[real] = incoming["entry_slot"][1:]
     tables = dict(
         state_pos=state_pos,
-        pos_state=pos_state[:num_positions].reshape(grid),
-        in_arc=in_arc.reshape(grid + (shape.max_in,)),
-        in_src_pos=in_src_pos.reshape(grid + (shape.max_in,)),
-        out_arc=out_arc.reshape(grid + (shape.max_out,)),
-        out_dst_pos=out_dst_pos.reshape(grid + (shape.max_out,)),
+        pos_state=pos_state[:num_positions].reshape(shape.levels, shape.width),
+        in_arc=in_arc,
+        in_src_pos=in_src_pos,
+        in_combine=incoming["combine"],
+        in_row_part=incoming["row_part"],
+        out_arc=out_arc,
+        out_dst_pos=out_dst_pos,
+        out_combine=outgoing["combine"],
         arc_src_pos=arc_src_pos,
         arc_dst_pos=arc_dst_pos,
         arc_grad_index=arc_grad_index,
@@ -153,15 +242,11 @@ def build_schedule_arrays(num_states: int, src: np.ndarray, dst: np.ndarray,
 
 def empty_schedule_arrays(num_states: int, num_arcs: int) -> dict[str, np.ndarray]:
     """Zero-sized tables for a cyclic FSA (score ops refuse it before use)."""
-    grid = (0, 0)
-    return dict(
-        state_pos=np.zeros(num_states, np.int32),
-        pos_state=np.zeros(grid, np.int32),
-        in_arc=np.zeros(grid + (0,), np.int32),
-        in_src_pos=np.zeros(grid + (0,), np.int32),
-        out_arc=np.zeros(grid + (0,), np.int32),
-        out_dst_pos=np.zeros(grid + (0,), np.int32),
-        arc_src_pos=np.zeros(num_arcs, np.int32),
-        arc_dst_pos=np.zeros(num_arcs, np.int32),
-        arc_grad_index=np.zeros(num_arcs, np.int32),
-    )
+    grid = np.zeros((0, 0), np.int32)
+    rows = np.zeros((0, 0, 0), np.int32)
+    return dict(state_pos=np.zeros(num_states, np.int32), pos_state=grid,
+                in_arc=rows, in_src_pos=rows, in_combine=rows, in_row_part=grid,
+                out_arc=rows, out_dst_pos=rows, out_combine=rows,
+                arc_src_pos=np.zeros(num_arcs, np.int32),
+                arc_dst_pos=np.zeros(num_arcs, np.int32),
+                arc_grad_index=np.zeros(num_arcs, np.int32))

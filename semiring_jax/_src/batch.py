@@ -107,25 +107,12 @@ def stack(fsas: Sequence[Fsa], *, bucket: bool = False) -> Fsa:
 
 
 def _common_shape(fsas: Sequence[Fsa], bucket: bool) -> Optional[schedule.ScheduleShape]:
-    """The smallest schedule shape that fits every entry; None if one is cyclic.
-
-    All entries must use the same K (slots per row): the largest of their
-    own choices, after which their row counts are taken at that K.
-    """
+    """The smallest schedule shape that fits every entry; None if one is cyclic."""
     real_arcs = []
     for fsa in fsas:
         src, dst, arc_mask = _host_structure(fsa, "stack")
         real_arcs.append((fsa.num_states, src[arc_mask], dst[arc_mask]))
-    shapes = [schedule.schedule_shape(*arcs) for arcs in real_arcs]
-    if any(shape is None for shape in shapes):
-        return None
-    round_up = _bucket if bucket else (lambda size: size)
-    max_in = round_up(max(shape.max_in for shape in shapes))
-    max_out = round_up(max(shape.max_out for shape in shapes))
-    shapes = [schedule.schedule_shape(*arcs, max_in=max_in, max_out=max_out)
-              for arcs in real_arcs]
-    common = functools.reduce(schedule.ScheduleShape.maximum, shapes)
-    return schedule.ScheduleShape(*map(round_up, common))
+    return schedule.common_shape(real_arcs, _bucket if bucket else (lambda size: size))
 
 
 def pad_entry(fsa: Fsa, num_states: int, num_arcs: int,

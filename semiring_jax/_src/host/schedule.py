@@ -22,13 +22,13 @@ recursion, and it comes first so that starting fresh wins a TROPICAL tie.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 
 from semiring_jax._src.host import levels as levels_lib
 
-__all__ = ["ScheduleShape", "schedule_shape", "build_schedule_arrays",
+__all__ = ["ScheduleShape", "common_shape", "build_schedule_arrays",
            "empty_schedule_arrays"]
 
 
@@ -47,9 +47,6 @@ class ScheduleShape(NamedTuple):
     out_rows: int
     max_out: int
     out_parts: int
-
-    def maximum(self, other: "ScheduleShape") -> "ScheduleShape":
-        return ScheduleShape(*(max(a, b) for a, b in zip(self, other)))
 
 
 class _Structure(NamedTuple):
@@ -90,43 +87,71 @@ def _row_counts(structure: _Structure, degree: np.ndarray, slots: int,
 _COMBINE_OVERHEAD = 64
 
 
-def _best_slots(structure: _Structure, degree: np.ndarray, width: int) -> int:
-    """The K that minimises the padded work of a level step."""
-    most = max(int(degree.max()), 1)
+def _best_slots(entries: list[tuple[_Structure, np.ndarray]], width: int) -> int:
+    """The K that minimises the padded work of a level step, over `entries`
+    (structure, degree) that share one schedule shape."""
+    most = max(max(int(degree.max()), 1) for _, degree in entries)
     candidates = sorted(set(range(1, min(most, 32) + 1)) | {most}
                         | {2 ** k for k in range(5, most.bit_length())})
     best, best_cost = 1, None
     for slots in candidates:
-        rows, parts = _row_counts(structure, degree, slots, width)
+        counts = [_row_counts(structure, degree, slots, width) for structure, degree in entries]
+        rows, parts = max(r for r, _ in counts), max(p for _, p in counts)
         cost = rows * slots + (width * parts + _COMBINE_OVERHEAD if parts > 1 else 0)
         if best_cost is None or cost < best_cost:
             best, best_cost = slots, cost
     return best
 
 
-def _shape(structure: _Structure, max_in: Optional[int] = None,
-           max_out: Optional[int] = None) -> ScheduleShape:
-    placed_levels = structure.levels[structure.placed]
-    width = int(np.bincount(placed_levels).max())
-    in_degree, out_degree = _degrees(structure)
-    max_in = max_in or _best_slots(structure, in_degree, width)
-    max_out = max_out or _best_slots(structure, out_degree, width)
-    in_rows, in_parts = _row_counts(structure, in_degree, max_in, width)
-    out_rows, out_parts = _row_counts(structure, out_degree, max_out, width)
-    return ScheduleShape(int(placed_levels.max()) + 1, width, in_rows, max_in, in_parts,
-                         out_rows, max_out, out_parts)
+def _identity(size: int) -> int:
+    return size
 
 
-def schedule_shape(num_states: int, src: np.ndarray, dst: np.ndarray, *,
-                   max_in: Optional[int] = None,
-                   max_out: Optional[int] = None) -> Optional[ScheduleShape]:
-    """Unpadded schedule sizes of an FSA's real arcs; None if cyclic.
+def _common_shape(structures: list[_Structure],
+                  round_up: Callable[[int], int] = _identity) -> ScheduleShape:
+    """The smallest shape (sizes passed through `round_up`) that fits all."""
+    width = round_up(max(int(np.bincount(st.levels[st.placed]).max()) for st in structures))
+    levels = round_up(max(int(st.levels[st.placed].max()) + 1 for st in structures))
+    degrees = [_degrees(structure) for structure in structures]
+    sizes = []
+    for direction in (0, 1):  # incoming, outgoing
+        entries = [(st, degree[direction]) for st, degree in zip(structures, degrees)]
+        slots = round_up(_best_slots(entries, width))
+        counts = [_row_counts(st, degree, slots, width) for st, degree in entries]
+        sizes += [round_up(max(r for r, _ in counts)), slots,
+                  round_up(max(p for _, p in counts))]
+    return ScheduleShape(levels, width, *sizes)
 
-    `max_in` / `max_out` fix K (slots per row); by default each is chosen.
+
+def common_shape(fsas: Sequence[tuple[int, np.ndarray, np.ndarray]],
+                 round_up: Callable[[int], int] = _identity) -> Optional[ScheduleShape]:
+    """One schedule shape for several FSAs (a batch); None if one is cyclic.
+
+    Args:
+      fsas: `(num_states, src, dst)` of each FSA's real arcs.
+      round_up: applied to every size (e.g. a bucketing ladder).
+    Returns:
+      Sizes that fit every FSA, with one K per direction chosen for all.
     """
-    if levels_lib.longest_path_levels(num_states, src, dst) is None:
-        return None
-    return _shape(_structure(num_states, src, dst), max_in, max_out)
+    structures = []
+    for num_states, src, dst in fsas:
+        if levels_lib.longest_path_levels(num_states, src, dst) is None:
+            return None
+        structures.append(_structure(num_states, src, dst))
+    return _common_shape(structures, round_up)
+
+
+def _fit(structure: _Structure, shape: ScheduleShape) -> ScheduleShape:
+    """`shape`, checked to hold `structure` at the shape's K per direction."""
+    in_degree, out_degree = _degrees(structure)
+    in_rows, in_parts = _row_counts(structure, in_degree, shape.max_in, shape.width)
+    out_rows, out_parts = _row_counts(structure, out_degree, shape.max_out, shape.width)
+    placed_levels = structure.levels[structure.placed]
+    needed = ScheduleShape(int(placed_levels.max()) + 1, int(np.bincount(placed_levels).max()),
+                           in_rows, shape.max_in, in_parts, out_rows, shape.max_out, out_parts)
+    if any(n > s for n, s in zip(needed, shape)):
+        raise ValueError(f"build_schedule_arrays: shape {shape} is too small for {needed}")
+    return shape
 
 
 def _positions(structure: _Structure, width: int, num_positions: int) -> np.ndarray:
@@ -188,8 +213,7 @@ def build_schedule_arrays(num_states: int, src: np.ndarray, dst: np.ndarray,
       num_states: S (padded).
       src, dst: int [A] (padded); only arcs with `arc_mask` count.
       arc_mask: bool [A].
-      shape: padded sizes; its `max_in` / `max_out` fix K, and every other
-        size is at least the natural one at that K. Natural if None.
+      shape: padded sizes (from `common_shape`); natural if None.
     Returns:
       A dict of int32 arrays, the fields of `Schedule` (see fsa.py).
     """
@@ -197,10 +221,7 @@ def build_schedule_arrays(num_states: int, src: np.ndarray, dst: np.ndarray,
     real = np.flatnonzero(arc_mask)
     real_src, real_dst = src[real], dst[real]
     structure = _structure(num_states, real_src, real_dst)
-    if shape is None:
-        shape = _shape(structure)
-    else:
-        shape = _shape(structure, shape.max_in, shape.max_out).maximum(shape)
+    shape = _common_shape([structure]) if shape is None else _fit(structure, shape)
     num_positions = shape.levels * shape.width
     state_pos = _positions(structure, shape.width, num_positions)
     pos_state = np.full(num_positions + 1, num_states, dtype=np.int64)

@@ -521,16 +521,20 @@ def print_environment() -> None:
 
 def print_workloads(workloads: list[Workload], fsas: list[sj.Fsa], build_s: list[float]
                     ) -> None:
-    """Sizes, schedule shapes (levels L = depth + 1, width W, max in/out-degree)."""
+    """Sizes and schedule shapes: levels L = depth + 1, width W (states per
+    level), R rows of K slots per level (incoming arcs; high in-degree
+    states use several rows), and the padded slots L * R * K per scan."""
     print("\nWorkloads (seed %d; state numbering permuted, 0 kept as start):" % SEED)
-    print(f"  {'workload':<17}{'states':>8}{'arcs':>8}{'L':>6}{'W':>6}{'K':>5}"
-          f"{'K_out':>6}{'grid L*W*K':>12}{'build (s)':>11}")
+    print(f"  {'workload':<17}{'states':>8}{'arcs':>8}{'L':>6}{'W':>6}{'R':>6}{'K':>5}"
+          f"{'R_out':>6}{'K_out':>6}{'slots L*R*K':>13}{'build (s)':>11}")
     for w, fsa, seconds in zip(workloads, fsas, build_s):
-        levels, width, max_in = fsa.schedule.in_arc.shape[-3:]
-        max_out = fsa.schedule.out_arc.shape[-1]
+        levels, rows, max_in = fsa.schedule.in_arc.shape[-3:]
+        width = fsa.schedule.pos_state.shape[-1]
+        out_rows, max_out = fsa.schedule.out_arc.shape[-2:]
         batch = f"  (B={len(w.graphs)}, padded)" if w.batched else ""
-        print(f"  {w.name:<17}{w.num_states:>8}{w.num_arcs:>8}{levels:>6}{width:>6}"
-              f"{max_in:>5}{max_out:>6}{levels * width * max_in:>12}{seconds:>11.3f}{batch}")
+        print(f"  {w.name:<17}{w.num_states:>8}{w.num_arcs:>8}{levels:>6}{width:>6}{rows:>6}"
+              f"{max_in:>5}{out_rows:>6}{max_out:>6}{levels * rows * max_in:>13}"
+              f"{seconds:>11.3f}{batch}")
     print("  build = Fsa.from_arcs (+ sj.stack for the batch): host numpy, not in the table.")
 
 
@@ -577,7 +581,7 @@ def print_depth_scaling(rows: list[Row], fsas: dict[str, sj.Fsa]) -> None:
     for r in rows:
         if r.workload not in ("dag-10k", "lattice-1000x10"):
             continue
-        levels, width, _ = fsas[r.workload].schedule.in_arc.shape
+        levels, width = fsas[r.workload].schedule.pos_state.shape[-2:]
         print(f"  {r.workload:<17}{r.semiring:<10}{fsas[r.workload].num_states:>8}{levels:>6}"
               f"{width:>6}{r.ours_vg * 1e3:>9.3f}{r.ours_vg / levels * 1e6:>10.2f}"
               f"{r.ours_value * 1e3:>10.3f}{r.ours_value / levels * 1e6:>10.2f}")

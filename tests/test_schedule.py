@@ -11,10 +11,12 @@ from semiring_jax._src.host import schedule
 
 
 def test_number_of_steps_is_the_depth_not_the_states():
-    # 1,000 states in a fan: depth 2, so 3 levels whatever the width.
+    # 1,000 states in a fan: depth 2, so 3 levels, or up to 1.5 times as
+    # many where that makes the levels narrower, whatever the width.
     arcs = [(0, s, 1, 0.0) for s in range(1, 999)] + [(s, 999, 1, 0.0) for s in range(1, 999)]
     fsa = sj.Fsa.from_arcs(arcs, final=[999])
-    assert fsa.schedule.pos_state.shape == (3, 998)
+    levels, width = fsa.schedule.pos_state.shape
+    assert 3 <= levels <= 5 and levels * width < 2 * 1000
     # State 999's 998 arcs are split into rows, so no level is padded to 998
     # slots per state.
     levels, rows, slots = fsa.schedule.in_arc.shape

@@ -58,26 +58,28 @@ def longest_path_levels(num_states: int, src: np.ndarray,
 
 
 def balanced_levels(num_states: int, src: np.ndarray, dst: np.ndarray,
-                    placed: np.ndarray) -> np.ndarray:
-    """Levels of an acyclic FSA with as few levels, and levels as even, as can be.
+                    placed: np.ndarray, num_levels: Optional[int] = None) -> np.ndarray:
+    """Levels of an acyclic FSA, as even in width as can be.
 
-    The number of levels is the depth plus one, as with longest paths, but a
-    state with slack (its longest path in is shorter than the room left by
+    By default there are as few levels as possible, the depth plus one, but
+    a state with slack (its longest path in is shorter than the room left by
     its longest path out) may sit later, so that the widest level, which
-    every level is padded to, shrinks. List scheduling: level by level, the
-    ready states that must go now do, and the others fill up to a width no
-    assignment can beat, least slack first.
+    every level is padded to, shrinks. More levels give more slack still.
+    List scheduling: level by level, the ready states that must go now do,
+    and the others fill up to a width no assignment can beat, least slack
+    first.
 
     Args:
       num_states: S.
       src, dst: int [A], the real arcs only (acyclic).
       placed: bool [S], the states to give levels (the others get -1).
+      num_levels: at least the depth plus one; that by default.
     Returns:
       int64 [S] levels.
     """
     earliest = longest_path_levels(num_states, src, dst)
     height = longest_path_levels(num_states, dst, src)
-    num_levels = int(earliest[placed].max()) + 1
+    num_levels = max(num_levels or 0, int(earliest[placed].max()) + 1)
     latest = num_levels - 1 - height
     # No level assignment can be narrower than what must fit below each
     # level (states whose latest level is at most l) or above it (states
@@ -86,7 +88,22 @@ def balanced_levels(num_states: int, src: np.ndarray, dst: np.ndarray,
     counts_earliest = np.bincount(earliest[placed], minlength=num_levels)
     below = np.cumsum(counts_latest) / np.arange(1, num_levels + 1)
     above = np.cumsum(counts_earliest[::-1])[::-1] / np.arange(num_levels, 0, -1)
-    capacity = math.ceil(max(below.max(), above.max()))
+    bound = math.ceil(max(below.max(), above.max()))
+    # The greedy pass with cap `bound` can leave slack states behind until
+    # they all fall due together; a slightly higher cap can end narrower.
+    best = None
+    for capacity in sorted({math.ceil(bound * step) for step in (1.0, 1.2, 1.5)}):
+        levels = _list_schedule(num_states, src, dst, placed, latest, num_levels, capacity)
+        width = int(np.bincount(levels[placed]).max())
+        if best is None or width < best[0]:
+            best = width, levels
+    return best[1]
+
+
+def _list_schedule(num_states: int, src: np.ndarray, dst: np.ndarray, placed: np.ndarray,
+                   latest: np.ndarray, num_levels: int, capacity: int) -> np.ndarray:
+    """One list-scheduling pass: up to `capacity` states a level, least
+    slack first, and every state by its `latest` level."""
     order, offsets = _csr(num_states, src)
     out_dst = dst[order]
     waiting = np.bincount(dst, minlength=num_states)  # unplaced predecessors

@@ -22,6 +22,7 @@ recursion, and it comes first so that starting fresh wins a TROPICAL tie.
 
 from __future__ import annotations
 
+import math
 from typing import Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
@@ -59,11 +60,12 @@ class _Structure(NamedTuple):
     placed: np.ndarray  # [S] bool
 
 
-def _structure(num_states: int, src: np.ndarray, dst: np.ndarray) -> _Structure:
+def _structure(num_states: int, src: np.ndarray, dst: np.ndarray,
+               num_levels: Optional[int] = None) -> _Structure:
     placed = (np.bincount(src, minlength=num_states)
               + np.bincount(dst, minlength=num_states)) > 0
     placed[0] = True
-    levels = levels_lib.balanced_levels(num_states, src, dst, placed)
+    levels = levels_lib.balanced_levels(num_states, src, dst, placed, num_levels)
     return _Structure(num_states, src, dst, levels, placed)
 
 
@@ -107,11 +109,10 @@ def _identity(size: int) -> int:
     return size
 
 
-def _common_shape(structures: list[_Structure],
-                  round_up: Callable[[int], int] = _identity) -> ScheduleShape:
+def _common_shape(structures: list[_Structure], round_up: Callable[[int], int],
+                  levels: int) -> ScheduleShape:
     """The smallest shape (sizes passed through `round_up`) that fits all."""
     width = round_up(max(int(np.bincount(st.levels[st.placed]).max()) for st in structures))
-    levels = round_up(max(int(st.levels[st.placed].max()) + 1 for st in structures))
     degrees = [_degrees(structure) for structure in structures]
     sizes = []
     for direction in (0, 1):  # incoming, outgoing
@@ -121,6 +122,49 @@ def _common_shape(structures: list[_Structure],
         sizes += [round_up(max(r for r, _ in counts)), slots,
                   round_up(max(p for _, p in counts))]
     return ScheduleShape(levels, width, *sizes)
+
+
+# Kernel launches and loop control of one level step, in slots of work.
+_LEVEL_OVERHEAD = 256
+
+
+def _cost(shape: ScheduleShape) -> int:
+    """Padded work of a forward and a backward scan, in slots."""
+    per_level = _LEVEL_OVERHEAD
+    for rows, slots, parts in ((shape.in_rows, shape.max_in, shape.in_parts),
+                               (shape.out_rows, shape.max_out, shape.out_parts)):
+        per_level += rows * slots + (shape.width * parts + _COMBINE_OVERHEAD if parts > 1 else 0)
+    return shape.levels * per_level
+
+
+def _best_shape(fsas: Sequence[tuple[int, np.ndarray, np.ndarray]],
+                round_up: Callable[[int], int] = _identity
+                ) -> Optional[tuple[ScheduleShape, list[_Structure]]]:
+    """The cheapest common shape and the structures it was computed from.
+
+    Levels beyond the depth plus one make a step sequential that could have
+    been parallel, but let wide levels spread out; they are tried only when
+    the levels are padded by more than half, and kept when the estimated
+    work (`_cost`) drops. Every structure is computed at the
+    shape's number of levels, so `build_schedule_arrays` finds it again.
+    """
+    depth = 0
+    for num_states, src, dst in fsas:
+        levels = levels_lib.longest_path_levels(num_states, src, dst)
+        if levels is None:
+            return None
+        depth = max(depth, int(levels.max()))
+    best = None
+    for factor in (1.0, 1.25, 1.5):
+        num_levels = round_up(math.ceil((depth + 1) * factor))
+        structures = [_structure(*arcs, num_levels=num_levels) for arcs in fsas]
+        shape = _common_shape(structures, round_up, num_levels)
+        if best is None or _cost(shape) < _cost(best[0]):
+            best = shape, structures
+        placed = max(int(st.placed.sum()) for st in structures)
+        if factor == 1.0 and shape.levels * shape.width <= 1.5 * placed:
+            break
+    return best
 
 
 def common_shape(fsas: Sequence[tuple[int, np.ndarray, np.ndarray]],
@@ -133,16 +177,12 @@ def common_shape(fsas: Sequence[tuple[int, np.ndarray, np.ndarray]],
     Returns:
       Sizes that fit every FSA, with one K per direction chosen for all.
     """
-    structures = []
-    for num_states, src, dst in fsas:
-        if levels_lib.longest_path_levels(num_states, src, dst) is None:
-            return None
-        structures.append(_structure(num_states, src, dst))
-    return _common_shape(structures, round_up)
+    found = _best_shape(fsas, round_up)
+    return None if found is None else found[0]
 
 
-def _fit(structure: _Structure, shape: ScheduleShape) -> ScheduleShape:
-    """`shape`, checked to hold `structure` at the shape's K per direction."""
+def _fit(structure: _Structure, shape: ScheduleShape) -> _Structure:
+    """`structure`, checked to fit in `shape` at the shape's K per direction."""
     in_degree, out_degree = _degrees(structure)
     in_rows, in_parts = _row_counts(structure, in_degree, shape.max_in, shape.width)
     out_rows, out_parts = _row_counts(structure, out_degree, shape.max_out, shape.width)
@@ -151,7 +191,7 @@ def _fit(structure: _Structure, shape: ScheduleShape) -> ScheduleShape:
                            in_rows, shape.max_in, in_parts, out_rows, shape.max_out, out_parts)
     if any(n > s for n, s in zip(needed, shape)):
         raise ValueError(f"build_schedule_arrays: shape {shape} is too small for {needed}")
-    return shape
+    return structure
 
 
 def _positions(structure: _Structure, width: int, num_positions: int) -> np.ndarray:
@@ -220,8 +260,10 @@ def build_schedule_arrays(num_states: int, src: np.ndarray, dst: np.ndarray,
     num_arcs = src.shape[0]
     real = np.flatnonzero(arc_mask)
     real_src, real_dst = src[real], dst[real]
-    structure = _structure(num_states, real_src, real_dst)
-    shape = _common_shape([structure]) if shape is None else _fit(structure, shape)
+    if shape is None:
+        (shape, (structure,)) = _best_shape([(num_states, real_src, real_dst)])
+    else:
+        structure = _fit(_structure(num_states, real_src, real_dst, shape.levels), shape)
     num_positions = shape.levels * shape.width
     state_pos = _positions(structure, shape.width, num_positions)
     pos_state = np.full(num_positions + 1, num_states, dtype=np.int64)

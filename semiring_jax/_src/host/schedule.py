@@ -85,7 +85,7 @@ def _row_counts(structure: _Structure, degree: np.ndarray, slots: int,
 
 
 # A combine step costs a few more kernel launches per level, worth about
-# this many slots of gather-and-reduce work on a CPU.
+# this many slots of gather-and-reduce work on a CPU; a batch shares them.
 _COMBINE_OVERHEAD = 64
 
 
@@ -99,7 +99,8 @@ def _best_slots(entries: list[tuple[_Structure, np.ndarray]], width: int) -> int
     for slots in candidates:
         counts = [_row_counts(structure, degree, slots, width) for structure, degree in entries]
         rows, parts = max(r for r, _ in counts), max(p for _, p in counts)
-        cost = rows * slots + (width * parts + _COMBINE_OVERHEAD if parts > 1 else 0)
+        overhead = _COMBINE_OVERHEAD / len(entries)
+        cost = rows * slots + (width * parts + overhead if parts > 1 else 0)
         if best_cost is None or cost < best_cost:
             best, best_cost = slots, cost
     return best
@@ -128,12 +129,14 @@ def _common_shape(structures: list[_Structure], round_up: Callable[[int], int],
 _LEVEL_OVERHEAD = 256
 
 
-def _cost(shape: ScheduleShape) -> int:
-    """Padded work of a forward and a backward scan, in slots."""
-    per_level = _LEVEL_OVERHEAD
+def _cost(shape: ScheduleShape, batch: int) -> float:
+    """Padded work of a forward and a backward scan, in slots per entry."""
+    per_level = _LEVEL_OVERHEAD / batch
     for rows, slots, parts in ((shape.in_rows, shape.max_in, shape.in_parts),
                                (shape.out_rows, shape.max_out, shape.out_parts)):
-        per_level += rows * slots + (shape.width * parts + _COMBINE_OVERHEAD if parts > 1 else 0)
+        if parts > 1:
+            per_level += shape.width * parts + _COMBINE_OVERHEAD / batch
+        per_level += rows * slots
     return shape.levels * per_level
 
 
@@ -159,7 +162,7 @@ def _best_shape(fsas: Sequence[tuple[int, np.ndarray, np.ndarray]],
         num_levels = round_up(math.ceil((depth + 1) * factor))
         structures = [_structure(*arcs, num_levels=num_levels) for arcs in fsas]
         shape = _common_shape(structures, round_up, num_levels)
-        if best is None or _cost(shape) < _cost(best[0]):
+        if best is None or _cost(shape, len(fsas)) < _cost(best[0], len(fsas)):
             best = shape, structures
         placed = max(int(st.placed.sum()) for st in structures)
         if factor == 1.0 and shape.levels * shape.width <= 1.5 * placed:

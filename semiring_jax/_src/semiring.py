@@ -63,13 +63,18 @@ class Semiring:
 jax.tree_util.register_static(Semiring)
 
 
-def _log_sum(x: jax.typing.ArrayLike, axis: int) -> jax.Array:
-    # The max-shift is guarded so an all -inf slice gives -inf (not NaN), and
-    # its gradient is 0 there (the shift carries no gradient).
-    x = jnp.asarray(x)
+def _shifted_exp(x: jax.Array, axis: int) -> tuple[jax.Array, jax.Array]:
+    """exp(x - shift) and the shift, the max along `axis` (0 where that is
+    not finite, so an all -inf slice gives zeros, not NaN). The shift
+    carries no gradient: results do not depend on it."""
     shift = jax.lax.stop_gradient(jnp.max(x, axis=axis, keepdims=True, initial=-jnp.inf))
     shift = jnp.where(jnp.isfinite(shift), shift, jnp.zeros_like(shift))
-    total = jnp.sum(jnp.exp(x - shift), axis=axis, keepdims=True)
+    return jnp.exp(x - shift), shift
+
+
+def _log_sum(x: jax.typing.ArrayLike, axis: int) -> jax.Array:
+    exps, shift = _shifted_exp(jnp.asarray(x), axis)
+    total = jnp.sum(exps, axis=axis, keepdims=True)
     # log(0) would make the backward pass multiply inf by 0: take the log of
     # a safe 1 instead and select -inf with `where`, whose gradient is 0.
     nonempty = total > 0
@@ -90,11 +95,14 @@ def _log_plus(a: jax.typing.ArrayLike, b: jax.typing.ArrayLike) -> jax.Array:
 
 def _log_sum_grad(x: jax.typing.ArrayLike, total: jax.typing.ArrayLike,
                   axis: int) -> jax.Array:
-    # softmax exp(x - total); a slice whose total is -inf gets weight 0, not NaN.
-    x = jnp.asarray(x)
+    # softmax exp(x - total), as exp(x - shift) * exp(shift - total): the
+    # first factor is the one `_log_sum` made, so XLA computes it once. A
+    # slice whose total is -inf gets weight 0, not NaN.
+    exps, shift = _shifted_exp(jnp.asarray(x), axis)
     total = jnp.expand_dims(total, axis)
     found = jnp.isfinite(total)
-    return jnp.where(found, jnp.exp(x - jnp.where(found, total, 0)), 0).astype(x.dtype)
+    scale = jnp.where(found, jnp.exp(shift - jnp.where(found, total, 0)), 0)
+    return (exps * scale).astype(exps.dtype)
 
 
 def _max_sum(x: jax.typing.ArrayLike, axis: int) -> jax.Array:

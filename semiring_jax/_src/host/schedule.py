@@ -86,7 +86,7 @@ def _row_counts(structure: _Structure, degree: np.ndarray, slots: int,
 
 # A combine step costs a few more kernel launches per level, worth about
 # this many slots of gather-and-reduce work on a CPU; a batch shares them.
-_COMBINE_OVERHEAD = 64
+_COMBINE_OVERHEAD = 300
 
 
 def _best_slots(entries: list[tuple[_Structure, np.ndarray]], width: int) -> int:
@@ -126,7 +126,7 @@ def _common_shape(structures: list[_Structure], round_up: Callable[[int], int],
 
 
 # Kernel launches and loop control of one level step, in slots of work.
-_LEVEL_OVERHEAD = 256
+_LEVEL_OVERHEAD = 500
 
 
 def _cost(shape: ScheduleShape, batch: int) -> float:

@@ -58,6 +58,13 @@ def test_from_arcs_errors_name_the_culprit(arcs, final, kwargs, message):
         sj.Fsa.from_arcs(arcs, final, **kwargs)
 
 
+def test_host_constructors_refuse_traced_values():
+    with pytest.raises(ValueError, match="from_arcs: arcs is a traced value; .* outside jax.jit"):
+        jax.jit(lambda w: sj.Fsa.from_arcs([(0, 1, 1, w)], final=[1]))(0.5)
+    with pytest.raises(ValueError, match="linear_fsa: labels is a traced value"):
+        jax.jit(sj.linear_fsa)(jnp.array([1, 2]))
+
+
 def test_float64_needs_x64():
     code = ("import semiring_jax as sj\n"
             "try:\n sj.linear_fsa([1], dtype='float64')\n"
@@ -93,6 +100,8 @@ def test_replace_is_functional_and_checked():
         fsa.replace(weight=np.array([0.0, np.nan, 0.0], np.float32))
     with pytest.raises(TypeError, match=r"replace: unknown field\(s\) \['schedule'\]"):
         fsa.replace(schedule=None)
+    with pytest.raises(ValueError, match=r"replace: ilabel must hold integers, got float32"):
+        fsa.replace(ilabel=np.zeros(3, np.float32))
     with pytest.raises(ValueError, match=r"replace: arc 0 has dst=9 but num_states=3"):
         fsa.replace(dst=np.array([9, 2, 2]))
 

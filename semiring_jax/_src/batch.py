@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from typing import Any, Callable, Optional, Sequence
@@ -11,7 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from semiring_jax._src import checks
-from semiring_jax._src.fsa import Fsa, Schedule, assemble
+from semiring_jax._src.fsa import Fsa, assemble
+from semiring_jax._src.schedule import Schedule
 from semiring_jax._src.host import build, schedule
 
 __all__ = ["stack", "unstack", "map_batch", "jit_over_batch", "pad_entry"]
@@ -102,7 +104,7 @@ def stack(fsas: Sequence[Fsa], *, bucket: bool = False) -> Fsa:
     if cycle:  # one cyclic entry: no schedule for anyone, score ops refuse it
         padded = [entry if entry.cycle else _without_schedule(entry) for entry in padded]
     leaves = jax.tree_util.tree_map(lambda *values: _stack_leaves(values),
-                                    *[_dropped_meta(entry) for entry in padded])
+                                    *[_array_fields(entry) for entry in padded])
     return Fsa(**leaves, cycle=cycle, is_acceptor=fsas[0].is_acceptor)
 
 
@@ -129,16 +131,15 @@ def pad_entry(fsa: Fsa, num_states: int, num_arcs: int,
                     real_sizes=tuple(real_sizes))
 
 
-def _dropped_meta(fsa: Fsa) -> dict[str, Any]:
-    fields = dict(src=fsa.src, dst=fsa.dst, ilabel=fsa.ilabel, olabel=fsa.olabel,
-                  weight=fsa.weight, final_weight=fsa.final_weight, arc_mask=fsa.arc_mask,
-                  schedule=fsa.schedule)
-    return fields
+def _array_fields(fsa: Fsa) -> dict[str, Any]:
+    """The pytree children of `fsa` by name (everything but the metadata)."""
+    return {field.name: getattr(fsa, field.name) for field in dataclasses.fields(fsa)
+            if field.name not in ("cycle", "is_acceptor")}
 
 
 def _without_schedule(fsa: Fsa) -> Fsa:
     tables = schedule.empty_schedule_arrays(fsa.num_states, fsa.num_arcs)
-    return Fsa(**{**_dropped_meta(fsa),
+    return Fsa(**{**_array_fields(fsa),
                   "schedule": Schedule(**tables, real_sizes=fsa.schedule.real_sizes)},
                cycle=(), is_acceptor=fsa.is_acceptor)
 

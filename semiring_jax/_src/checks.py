@@ -7,7 +7,7 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["is_traced", "concrete", "check_float_dtype", "check_shape"]
+__all__ = ["is_traced", "check_not_traced", "concrete", "check_float_dtype", "check_shape"]
 
 
 def is_traced(value: Any) -> bool:
@@ -15,12 +15,17 @@ def is_traced(value: Any) -> bool:
     return isinstance(value, jax.core.Tracer)
 
 
-def concrete(value: Any, name: str, fn: str) -> np.ndarray:
-    """`value` as a numpy array; a clear error if it is traced."""
+def check_not_traced(value: Any, name: str, fn: str) -> None:
+    """Raises a clear error if `value` is traced (host-only functions)."""
     if is_traced(value):
         raise ValueError(
             f"{fn}: {name} is a traced value; {fn} works on the host from concrete "
             f"structure, so call it outside jax.jit / jax.vmap / jax.grad")
+
+
+def concrete(value: Any, name: str, fn: str) -> np.ndarray:
+    """`value` as a numpy array; a clear error if it is traced."""
+    check_not_traced(value, name, fn)
     return np.asarray(value)
 
 

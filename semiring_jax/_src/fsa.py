@@ -14,55 +14,14 @@ import subprocess
 from typing import Any, Mapping, Optional, Sequence, Union
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from semiring_jax._src import checks
+from semiring_jax._src.schedule import Schedule
 from semiring_jax._src.host import build, dot, levels, schedule, text_io
 
-__all__ = ["Fsa", "Schedule", "assemble"]
+__all__ = ["Fsa", "assemble"]
 
-
-@dataclasses.dataclass(frozen=True)
-class Schedule:
-    """Index tables of the level schedule (see `host/schedule.py`).
-
-    Positions live in an [L, W] grid flattened to P = L * W, followed by the
-    dummy positions P (zero) and P + 1 (one). A state's arcs sit in rows of
-    K slots; R rows per level, at most C rows per state.
-
-    Attributes:
-      state_pos: int32 [S], the grid position of each state (P if none).
-      pos_state: int32 [L, W], the state at each position (S if padding).
-      in_arc, in_src_pos: int32 [L, R, K], incoming arcs in arc-index order
-        and their source positions (padding: arc A and position P; the
-        start's pseudo-arc: arc A + 1 from position P + 1).
-      in_combine: int32 [L, W, C], each state's rows (R for none).
-      in_row_part: int32 [L, R], each row's index in a flattened [W, C].
-      out_arc, out_dst_pos, out_combine: the same for outgoing arcs.
-      arc_src_pos, arc_dst_pos: int32 [A], positions of each arc's ends.
-      arc_grad_index: int32 [A], each arc's index in the flattened in-table
-        (L * R * K for padding arcs).
-      real_sizes: int32 [2], the states and arcs before batch padding.
-    """
-
-    state_pos: jax.Array
-    pos_state: jax.Array
-    in_arc: jax.Array
-    in_src_pos: jax.Array
-    in_combine: jax.Array
-    in_row_part: jax.Array
-    out_arc: jax.Array
-    out_dst_pos: jax.Array
-    out_combine: jax.Array
-    arc_src_pos: jax.Array
-    arc_dst_pos: jax.Array
-    arc_grad_index: jax.Array
-    real_sizes: jax.Array
-
-
-jax.tree_util.register_dataclass(
-    Schedule, data_fields=[f.name for f in dataclasses.fields(Schedule)], meta_fields=[])
 
 _STRUCTURE_FIELDS = ("src", "dst", "arc_mask")
 _FREE_FIELDS = ("ilabel", "olabel", "weight", "final_weight")
@@ -164,6 +123,12 @@ class Fsa:
           (False, 2, 1)
         """
         dtype = checks.check_float_dtype(dtype, "dtype", "from_arcs")
+        # The first row stands for all: checking every value would cost a
+        # Python loop over the arcs.
+        first_row = arcs[0] if isinstance(arcs, (list, tuple)) and len(arcs) else ()
+        for value in [arcs, *first_row]:
+            checks.check_not_traced(value, "arcs", "from_arcs")
+        checks.check_not_traced(final, "final", "from_arcs")
         arrays = build.arcs_from_rows(arcs, final, num_states=num_states, start=start,
                                       dtype=dtype, fn="from_arcs")
         return assemble(arrays)
@@ -343,6 +308,10 @@ class Fsa:
             expected = self.batch_shape + (self.num_states,) if name == "final_weight" else arc_shape
             checks.check_shape(value, name, "replace", expected,
                                "[..., S]" if name == "final_weight" else "[..., A]")
+        for name in set(fields) & {"ilabel", "olabel", "src", "dst"}:
+            if not np.issubdtype(np.result_type(fields[name]), np.integer):
+                raise ValueError(f"replace: {name} must hold integers, got "
+                                 f"{np.result_type(fields[name])}")
         new = dataclasses.replace(self, **{name: _as_array(v) for name, v in fields.items()})
         _check_weight_dtypes(new)
         for name in ("weight", "final_weight"):
@@ -389,12 +358,12 @@ def _rebuild(fsa: Fsa) -> Fsa:
             i = int(bad[0])
             raise ValueError(
                 f"replace: arc {i} has {name}={values[i]} but num_states={fsa.num_states}")
-    rebuilt = _structure(fsa.num_states, src, dst, arc_mask, None,
+    rebuilt = _schedule_fields(fsa.num_states, src, dst, arc_mask, None,
                          np.array([fsa.num_states, fsa.num_arcs], np.int32))
     return dataclasses.replace(fsa, src=src, dst=dst, arc_mask=arc_mask, **rebuilt)
 
 
-def _structure(num_states: int, src: np.ndarray, dst: np.ndarray, arc_mask: np.ndarray,
+def _schedule_fields(num_states: int, src: np.ndarray, dst: np.ndarray, arc_mask: np.ndarray,
                shape: Optional[schedule.ScheduleShape], real_sizes: np.ndarray
                ) -> dict[str, Any]:
     """The `schedule` and `cycle` fields for the given structure."""
@@ -423,11 +392,9 @@ def assemble(arrays: build.ArcArrays, *, arc_mask: Optional[np.ndarray] = None,
         arc_mask = np.ones(num_arcs, dtype=bool)
     if real_sizes is None:
         real_sizes = (arrays.num_states, num_arcs)
-    structure = _structure(arrays.num_states, arrays.src, arrays.dst, arc_mask, shape,
+    structure = _schedule_fields(arrays.num_states, arrays.src, arrays.dst, arc_mask, shape,
                            np.asarray(real_sizes, np.int32))
     return Fsa(src=arrays.src, dst=arrays.dst, ilabel=arrays.ilabel, olabel=arrays.olabel,
                weight=arrays.weight, final_weight=arrays.final_weight, arc_mask=arc_mask,
                is_acceptor=arrays.is_acceptor, **structure)
 
-
-del jnp, Sequence

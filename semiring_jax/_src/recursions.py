@@ -14,7 +14,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from semiring_jax._src.fsa import Schedule
+from semiring_jax._src.schedule import Schedule
 from semiring_jax._src.semiring import Semiring
 
 __all__ = ["forward_positions", "backward_positions", "path_gradients"]

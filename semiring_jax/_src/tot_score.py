@@ -8,14 +8,13 @@ plain autodiff through the recursion.
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 
 from semiring_jax._src import recursions
 from semiring_jax._src.batch import jit_over_batch
-from semiring_jax._src.fsa import Fsa, Schedule
+from semiring_jax._src.fsa import Fsa
+from semiring_jax._src.schedule import Schedule
 from semiring_jax._src.semiring import LOG, Semiring
 
 __all__ = ["tot_score", "forward_scores", "backward_scores", "arc_posteriors",
@@ -38,11 +37,14 @@ def _total(semiring: Semiring, schedule: Schedule, alpha: jax.Array,
     return semiring.sum(semiring.times(alpha[schedule.state_pos], final_weight), axis=0)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _tot_score_core(semiring: Semiring, schedule: Schedule, weight: jax.Array,
-                    final_weight: jax.Array) -> jax.Array:
+def _plain_tot_score(semiring: Semiring, schedule: Schedule, weight: jax.Array,
+                     final_weight: jax.Array) -> jax.Array:
     alpha, _ = recursions.forward_positions(semiring, schedule, weight)
     return _total(semiring, schedule, alpha, final_weight)
+
+
+# Differentiated by `path_gradients`, not by autodiff through the scan.
+_tot_score_core = jax.custom_vjp(_plain_tot_score, nondiff_argnums=(0,))
 
 
 def _tot_score_fwd(semiring, schedule, weight, final_weight):
@@ -65,10 +67,8 @@ _tot_score_core.defvjp(_tot_score_fwd, _tot_score_bwd)
 
 
 def _tot_score_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
-    if semiring.sum_grad is None:
-        alpha, _ = recursions.forward_positions(semiring, fsa.schedule, fsa.weight)
-        return _total(semiring, fsa.schedule, alpha, fsa.final_weight)
-    return _tot_score_core(semiring, fsa.schedule, fsa.weight, fsa.final_weight)
+    score = _plain_tot_score if semiring.sum_grad is None else _tot_score_core
+    return score(semiring, fsa.schedule, fsa.weight, fsa.final_weight)
 
 
 def tot_score(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:

@@ -1,0 +1,56 @@
+"""`Schedule`: the index tables of an Fsa's level schedule, as a pytree.
+
+Built on the host by `host/schedule.py`; read by the traced recursions in
+`recursions.py`. Every field is an array leaf, so the tables travel with an
+Fsa through `jax.jit` and `jax.vmap`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+
+__all__ = ["Schedule"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """Index tables of the level schedule (see `host/schedule.py`).
+
+    Positions live in an [L, W] grid flattened to P = L * W, followed by the
+    dummy positions P (zero) and P + 1 (one). A state's arcs sit in rows of
+    K slots; R rows per level, at most C rows per state.
+
+    Attributes:
+      state_pos: int32 [S], the grid position of each state (P if none).
+      pos_state: int32 [L, W], the state at each position (S if padding).
+      in_arc, in_src_pos: int32 [L, R, K], incoming arcs in arc-index order
+        and their source positions (padding: arc A and position P; the
+        start's pseudo-arc: arc A + 1 from position P + 1).
+      in_combine: int32 [L, W, C], each state's rows (R for none).
+      in_row_part: int32 [L, R], each row's index in a flattened [W, C].
+      out_arc, out_dst_pos, out_combine: the same for outgoing arcs.
+      arc_src_pos, arc_dst_pos: int32 [A], positions of each arc's ends.
+      arc_grad_index: int32 [A], each arc's index in the flattened in-table
+        (L * R * K for padding arcs).
+      real_sizes: int32 [2], the states and arcs before batch padding.
+    """
+
+    state_pos: jax.Array
+    pos_state: jax.Array
+    in_arc: jax.Array
+    in_src_pos: jax.Array
+    in_combine: jax.Array
+    in_row_part: jax.Array
+    out_arc: jax.Array
+    out_dst_pos: jax.Array
+    out_combine: jax.Array
+    arc_src_pos: jax.Array
+    arc_dst_pos: jax.Array
+    arc_grad_index: jax.Array
+    real_sizes: jax.Array
+
+
+jax.tree_util.register_dataclass(
+    Schedule, data_fields=[f.name for f in dataclasses.fields(Schedule)], meta_fields=[])

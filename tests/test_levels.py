@@ -21,7 +21,8 @@ def test_balanced_levels_keep_depth_and_order(data):
     src = np.array([a[0] for a in arcs], dtype=np.int64)
     dst = np.array([a[1] for a in arcs], dtype=np.int64)
     placed = np.ones(num_states, bool)
-    balanced = levels.balanced_levels(num_states, src, dst, placed)
+    balanced = levels.balanced_levels(num_states, src, dst, placed,
+                                      levels.path_lengths(num_states, src, dst))
     longest = levels.longest_path_levels(num_states, src, dst)
     assert balanced.max() == longest.max()  # same number of sequential steps
     assert (balanced[src] < balanced[dst]).all()  # every arc goes up a level
@@ -36,7 +37,7 @@ def test_balanced_levels_even_out_widths():
     src, dst = (np.array(column) for column in zip(*(chain + side)))
     placed = np.ones(20, bool)
     longest = levels.longest_path_levels(20, src, dst)
-    balanced = levels.balanced_levels(20, src, dst, placed)
+    balanced = levels.balanced_levels(20, src, dst, placed, levels.path_lengths(20, src, dst))
     assert np.bincount(longest).max() == 11
     assert np.bincount(balanced).max() <= 3
 

@@ -8,11 +8,12 @@ sequential steps is the number of levels, the FSA's depth plus one.
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 
-__all__ = ["longest_path_levels", "balanced_levels", "find_cycle"]
+__all__ = ["longest_path_levels", "PathLengths", "path_lengths", "balanced_levels",
+           "find_cycle"]
 
 
 def _csr(num_states: int, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -57,8 +58,25 @@ def longest_path_levels(num_states: int, src: np.ndarray,
     return None if (levels < 0).any() else levels
 
 
+class PathLengths(NamedTuple):
+    """Longest path into each state (`earliest`) and out of it (`height`)."""
+
+    earliest: np.ndarray  # int64 [S]
+    height: np.ndarray  # int64 [S]
+
+
+def path_lengths(num_states: int, src: np.ndarray,
+                 dst: np.ndarray) -> Optional[PathLengths]:
+    """Both longest-path lengths of every state; None if the arcs have a cycle."""
+    earliest = longest_path_levels(num_states, src, dst)
+    if earliest is None:
+        return None
+    return PathLengths(earliest, longest_path_levels(num_states, dst, src))
+
+
 def balanced_levels(num_states: int, src: np.ndarray, dst: np.ndarray,
-                    placed: np.ndarray, num_levels: Optional[int] = None) -> np.ndarray:
+                    placed: np.ndarray, lengths: PathLengths,
+                    num_levels: Optional[int] = None) -> np.ndarray:
     """Levels of an acyclic FSA, as even in width as can be.
 
     By default there are as few levels as possible, the depth plus one, but
@@ -73,12 +91,12 @@ def balanced_levels(num_states: int, src: np.ndarray, dst: np.ndarray,
       num_states: S.
       src, dst: int [A], the real arcs only (acyclic).
       placed: bool [S], the states to give levels (the others get -1).
+      lengths: `path_lengths(num_states, src, dst)`.
       num_levels: at least the depth plus one; that by default.
     Returns:
       int64 [S] levels.
     """
-    earliest = longest_path_levels(num_states, src, dst)
-    height = longest_path_levels(num_states, dst, src)
+    earliest, height = lengths
     num_levels = max(num_levels or 0, int(earliest[placed].max()) + 1)
     latest = num_levels - 1 - height
     # No level assignment can be narrower than what must fit below each

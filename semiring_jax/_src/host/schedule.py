@@ -61,11 +61,11 @@ class _Structure(NamedTuple):
 
 
 def _structure(num_states: int, src: np.ndarray, dst: np.ndarray,
-               num_levels: Optional[int] = None) -> _Structure:
+               lengths: levels_lib.PathLengths, num_levels: int) -> _Structure:
     placed = (np.bincount(src, minlength=num_states)
               + np.bincount(dst, minlength=num_states)) > 0
     placed[0] = True
-    levels = levels_lib.balanced_levels(num_states, src, dst, placed, num_levels)
+    levels = levels_lib.balanced_levels(num_states, src, dst, placed, lengths, num_levels)
     return _Structure(num_states, src, dst, levels, placed)
 
 
@@ -151,16 +151,15 @@ def _best_shape(fsas: Sequence[tuple[int, np.ndarray, np.ndarray]],
     work (`_cost`) drops. Every structure is computed at the
     shape's number of levels, so `build_schedule_arrays` finds it again.
     """
-    depth = 0
-    for num_states, src, dst in fsas:
-        levels = levels_lib.longest_path_levels(num_states, src, dst)
-        if levels is None:
-            return None
-        depth = max(depth, int(levels.max()))
+    lengths = [levels_lib.path_lengths(*arcs) for arcs in fsas]
+    if any(entry is None for entry in lengths):
+        return None
+    depth = max(int(entry.earliest.max()) for entry in lengths)
     best = None
     for factor in (1.0, 1.25, 1.5):
         num_levels = round_up(math.ceil((depth + 1) * factor))
-        structures = [_structure(*arcs, num_levels=num_levels) for arcs in fsas]
+        structures = [_structure(*arcs, entry, num_levels)
+                      for arcs, entry in zip(fsas, lengths)]
         shape = _common_shape(structures, round_up, num_levels)
         if best is None or _cost(shape, len(fsas)) < _cost(best[0], len(fsas)):
             best = shape, structures
@@ -266,7 +265,9 @@ def build_schedule_arrays(num_states: int, src: np.ndarray, dst: np.ndarray,
     if shape is None:
         (shape, (structure,)) = _best_shape([(num_states, real_src, real_dst)])
     else:
-        structure = _fit(_structure(num_states, real_src, real_dst, shape.levels), shape)
+        lengths = levels_lib.path_lengths(num_states, real_src, real_dst)
+        structure = _fit(_structure(num_states, real_src, real_dst, lengths, shape.levels),
+                         shape)
     num_positions = shape.levels * shape.width
     state_pos = _positions(structure, shape.width, num_positions)
     pos_state = np.full(num_positions + 1, num_states, dtype=np.int64)

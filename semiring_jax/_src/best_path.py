@@ -29,34 +29,27 @@ def _chain(num_states: int, is_acceptor: bool) -> Fsa:
 
 
 def _best_path_one(fsa: Fsa) -> Fsa:
-    schedule = fsa.schedule
-    levels, width = schedule.pos_state.shape
-    alpha, local = recursions.forward_positions(TROPICAL, schedule, fsa.weight, with_local=True)
-    on_path, stop = recursions.path_gradients(TROPICAL, schedule, fsa.final_weight, alpha, local)
-    on_path = on_path > 0
-    # Levels strictly increase along a path, so sorting the path's arcs by
-    # the level of their source puts them in path order.
-    # Bucketed padding can leave fewer arc slots than L - 1: pad with
-    # off-path slots.
-    missing = max(levels - 1 - fsa.num_arcs, 0)
-    source_level = schedule.arc_src_pos // width
-    key = jnp.concatenate([jnp.where(on_path, source_level, levels),
-                           jnp.full((missing,), levels, source_level.dtype)])
-    order = jnp.argsort(key)[:levels - 1]
-    arc_mask = jnp.concatenate([on_path, jnp.zeros((missing,), bool)])[order]
-    order = jnp.minimum(order, max(fsa.num_arcs - 1, 0))
-    found = jnp.any(stop > 0)
-    final_state = jnp.argmax(stop)
-    length = jnp.sum(on_path)
+    levels, _ = fsa.schedule.pos_state.shape
+    alpha, choices = recursions.forward_positions(TROPICAL, fsa.schedule, fsa.weight,
+                                                  with_choice=True)
+    arcs, final_state, found = recursions.best_path_arcs(TROPICAL, fsa.schedule,
+                                                         fsa.final_weight, alpha, choices)
+    # The trace-back lists the last arc first, then A (none): reverse the
+    # real arcs into the first slots.
+    length = jnp.sum(arcs < fsa.num_arcs)
+    order = (length - 1 - jnp.arange(levels - 1)) % max(levels, 1)
+    arcs = arcs[order]
+    arc_mask = jnp.arange(levels - 1) < length
+    arcs = jnp.where(arc_mask, arcs, 0)
     chain = _chain(levels, fsa.is_acceptor)
     neg_inf = jnp.asarray(-jnp.inf, fsa.weight.dtype)
     # The chain's schedule lists every slot; off-path slots have weight -inf,
     # so masking them needs no new schedule (and `arc_mask` may be traced).
     chain = dataclasses.replace(chain, arc_mask=arc_mask)
     return chain.replace(
-        ilabel=jnp.where(arc_mask, fsa.ilabel[order], 0),
-        olabel=jnp.where(arc_mask, fsa.olabel[order], 0),
-        weight=jnp.where(arc_mask, fsa.weight[order], neg_inf),
+        ilabel=jnp.where(arc_mask, fsa.ilabel[arcs], 0),
+        olabel=jnp.where(arc_mask, fsa.olabel[arcs], 0),
+        weight=jnp.where(arc_mask, fsa.weight[arcs], neg_inf),
         final_weight=jnp.where((jnp.arange(levels) == length) & found,
                                fsa.final_weight[final_state], neg_inf))
 

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from semiring_jax._src.schedule import Schedule
 from semiring_jax._src.semiring import Semiring
 
-__all__ = ["forward_positions", "backward_positions", "path_gradients"]
+__all__ = ["forward_positions", "backward_positions", "path_gradients", "best_path_arcs"]
 
 
 def _append(values: jax.Array, *fills: float) -> jax.Array:
@@ -41,7 +41,7 @@ def _combine(semiring: Semiring, row_values: jax.Array,
 
 
 def forward_positions(semiring: Semiring, schedule: Schedule, weight: jax.Array, *,
-                      with_local: bool = False) -> tuple[jax.Array, Optional[jax.Array]]:
+                      with_local: bool = False, with_choice: bool = False):
     """Forward scores α: ⊕ over paths from the start, per position.
 
     Args:
@@ -49,10 +49,13 @@ def forward_positions(semiring: Semiring, schedule: Schedule, weight: jax.Array,
       schedule: the tables of an unbatched Fsa.
       weight: float [A].
       with_local: also return each in-arc slot's local derivative (by
-        `semiring.sum_grad`, which it needs) for `path_gradients`.
+        `semiring.sum_grad`, which it needs), for `path_gradients`.
+      with_choice: also return what ⊕ chose (by `semiring.argsum`, which it
+        needs): each row's slot and each state's row, for `best_path_arcs`.
     Returns:
-      α, float [P + 2] (entries P, P + 1 are zero and one), and the local
-      derivatives, float [L, R, K] (or None).
+      α, float [P + 2] (entries P, P + 1 are zero and one), and the saved
+      derivatives, float [L, R, K]; or the choices, (int32 [L, R], int32
+      [L, W]); or None.
     """
     levels, width = schedule.pos_state.shape
     # Dummy arcs: A has weight zero (padding), A + 1 weight one (start).
@@ -63,13 +66,17 @@ def forward_positions(semiring: Semiring, schedule: Schedule, weight: jax.Array,
         entering = semiring.times(alpha[in_src_pos], in_weight_level)  # [R, K]
         rows = semiring.sum(entering, axis=1)
         new, parts = _combine(semiring, rows, combine)
-        local = None
+        saved = None
         if with_local:
-            local = semiring.sum_grad(entering, rows, axis=1)
+            saved = semiring.sum_grad(entering, rows, axis=1)
             if parts is not None:  # chain rule through the combine step
                 part_local = semiring.sum_grad(parts, new, axis=1).reshape(-1)
-                local = local * _append(part_local, 0)[row_part][:, None]
-        return jax.lax.dynamic_update_slice(alpha, new, (level * width,)), local
+                saved = saved * _append(part_local, 0)[row_part][:, None]
+        if with_choice:
+            part_choice = (jnp.zeros(new.shape, jnp.int32) if parts is None
+                           else semiring.argsum(parts, new, axis=1))
+            saved = semiring.argsum(entering, rows, axis=1), part_choice
+        return jax.lax.dynamic_update_slice(alpha, new, (level * width,)), saved
 
     alpha = jnp.full((levels * width,), semiring.zero, weight.dtype)
     alpha = _append(alpha, semiring.zero, semiring.one)
@@ -148,3 +155,45 @@ def path_gradients(semiring: Semiring, schedule: Schedule, final_weight: jax.Arr
                                              schedule.out_combine, final_local_grid),
                              reverse=True)
     return adjoint[schedule.arc_dst_pos] * arc_local, final_local
+
+
+def best_path_arcs(semiring: Semiring, schedule: Schedule, final_weight: jax.Array,
+                   alpha: jax.Array, choices: tuple[jax.Array, jax.Array]
+                   ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The path that ⊕ chose, traced back through the saved choices.
+
+    For selective semirings (TROPICAL): from the final state that `argsum`
+    picks, follow each state's chosen row and slot back to the start's
+    pseudo-arc. One cheap step per arc of the path instead of a backward
+    recursion over every state.
+
+    Args:
+      semiring: a semiring with `argsum`.
+      schedule: the tables of an unbatched Fsa.
+      final_weight: float [S].
+      alpha, choices: `forward_positions(..., with_choice=True)`.
+    Returns:
+      The path's arcs, int32 [L], last arc first, then A (none) in the
+      slots past its start; the chosen final state, int32 []; and whether a
+      path succeeds, bool [].
+    """
+    levels, width = schedule.pos_state.shape
+    num_arcs = schedule.arc_src_pos.shape[0]
+    row_choice, part_choice = choices
+    ending = semiring.times(alpha[schedule.state_pos], final_weight)  # [S]
+    total = semiring.sum(ending, axis=0)
+    final_state = semiring.argsum(ending, total, axis=0)
+    found = total != semiring.zero
+
+    def step(carry, _):
+        position, walking = carry
+        level, rank = position // width, position % width
+        row = schedule.in_combine[level, rank, part_choice[level, rank]]
+        slot = row_choice[level, row]
+        arc = schedule.in_arc[level, row, slot]
+        walking = walking & (arc < num_arcs)  # arc A + 1 is the start
+        return (schedule.in_src_pos[level, row, slot], walking), jnp.where(walking, arc, num_arcs)
+
+    start = (schedule.state_pos[final_state], found)
+    _, arcs = jax.lax.scan(step, start, None, length=levels)
+    return arcs, final_state, found

@@ -38,6 +38,12 @@ class Semiring:
             `tot_score` gets a fast custom backward pass built on it and
             `arc_posteriors` is defined by it; otherwise gradients come from
             autodiff through the recursion.
+        argsum: optional, for selective semirings (⊕ returns one of its
+            arguments, as max does): `argsum(x, total, axis)`, given `total =
+            sum(x, axis)`, is the int32 index along `axis` of the entry that
+            `sum` returns (the tie rule). With it (and ⊗ addition), the
+            gradient of `tot_score` is the indicator of one path, found by
+            tracing back the saved choices instead of a backward recursion.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -55,6 +61,7 @@ class Semiring:
     zero: float
     one: float
     sum_grad: Optional[Callable[..., jax.Array]] = None
+    argsum: Optional[Callable[..., jax.Array]] = None
 
     def __repr__(self) -> str:
         return f"Semiring({self.name!r})"
@@ -109,14 +116,23 @@ def _max_sum(x: jax.typing.ArrayLike, axis: int) -> jax.Array:
     return jnp.max(x, axis=axis, initial=-jnp.inf)
 
 
-def _max_sum_grad(x: jax.typing.ArrayLike, total: jax.typing.ArrayLike,
-                  axis: int) -> jax.Array:
+def _max_argsum(x: jax.typing.ArrayLike, total: jax.typing.ArrayLike,
+                axis: int) -> jax.Array:
     # Tie rule: the first maximal entry along `axis` wins. A min over
     # positions is cheaper than argmax on CPU.
     x = jnp.asarray(x)
+    positions = jax.lax.broadcasted_iota(jnp.int32, x.shape, axis % x.ndim)
+    return jnp.min(jnp.where(x == jnp.expand_dims(total, axis), positions, x.shape[axis]),
+                   axis=axis)
+
+
+def _max_sum_grad(x: jax.typing.ArrayLike, total: jax.typing.ArrayLike,
+                  axis: int) -> jax.Array:
+    # The one-hot of `_max_argsum`; zero where every entry is -inf.
+    x = jnp.asarray(x)
     total = jnp.expand_dims(total, axis)
     positions = jax.lax.broadcasted_iota(jnp.int32, x.shape, axis % x.ndim)
-    first = jnp.min(jnp.where(x == total, positions, x.shape[axis]), axis=axis, keepdims=True)
+    first = jnp.expand_dims(_max_argsum(x, jnp.squeeze(total, axis), axis), axis)
     return ((positions == first) & (total > -jnp.inf)).astype(x.dtype)
 
 
@@ -127,7 +143,7 @@ LOG = Semiring(
 
 TROPICAL = Semiring(
         name="tropical", plus=jnp.maximum, times=jnp.add, sum=_max_sum,
-        zero=-float("inf"), one=0.0, sum_grad=_max_sum_grad)
+        zero=-float("inf"), one=0.0, sum_grad=_max_sum_grad, argsum=_max_argsum)
 """The tropical (max, +) semiring: 0̄ = -inf, 1̄ = 0; first maximum wins ties."""
 
 _BY_NAME = {"log": LOG, "tropical": TROPICAL}

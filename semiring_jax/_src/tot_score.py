@@ -1,9 +1,11 @@
 """Total, forward and backward scores and arc posteriors (jit/vmap/grad).
 
-`tot_score` is a `jax.custom_vjp` for semirings that give `sum_grad` (LOG,
-TROPICAL): the forward pass saves α and the backward pass is one more level
-scan (`recursions.path_gradients`). Other semirings are differentiated by
-plain autodiff through the recursion.
+`tot_score` is a `jax.custom_vjp` for semirings that give `sum_grad` (LOG)
+or `argsum` (TROPICAL): the forward pass saves α and the local derivatives
+or choices, and the backward pass is one more level scan
+(`recursions.path_gradients`) or a trace-back of one path
+(`recursions.best_path_arcs`). Other semirings are differentiated by plain
+autodiff through the recursion.
 """
 
 from __future__ import annotations
@@ -48,26 +50,41 @@ _tot_score_core = jax.custom_vjp(_plain_tot_score, nondiff_argnums=(0,))
 
 
 def _tot_score_fwd(semiring, schedule, weight, final_weight):
-    alpha, local = recursions.forward_positions(semiring, schedule, weight, with_local=True)
+    selective = semiring.argsum is not None
+    alpha, saved = recursions.forward_positions(
+        semiring, schedule, weight, with_local=not selective, with_choice=selective)
     total = _total(semiring, schedule, alpha, final_weight)
-    return total, (schedule, final_weight, alpha, local)
+    return total, (schedule, final_weight, alpha, saved)
 
 
 def _tot_score_bwd(semiring, residuals, cotangent):
     # | total | arc / final gradient                                  |
-    # | -inf  | exactly 0 (sum_grad gives 0 on all -inf candidates)   |
+    # | -inf  | exactly 0 (sum_grad gives 0 on all -inf candidates,   |
+    # |       | and no path is traced back)                           |
     # | +inf  | NaN: a +inf weight is a bug and must stay visible     |
-    schedule, final_weight, alpha, local = residuals
-    arc_grad, final_grad = recursions.path_gradients(semiring, schedule, final_weight,
-                                                     alpha, local)
+    arc_grad, final_grad = _path_gradients(semiring, *residuals)
     return None, arc_grad * cotangent, final_grad * cotangent
+
+
+def _path_gradients(semiring: Semiring, schedule: Schedule, final_weight: jax.Array,
+                    alpha: jax.Array, saved) -> tuple[jax.Array, jax.Array]:
+    """∂ total / ∂ (weight, final_weight) from the forward pass's residuals."""
+    if semiring.argsum is None:
+        return recursions.path_gradients(semiring, schedule, final_weight, alpha, saved)
+    arcs, final_state, found = recursions.best_path_arcs(semiring, schedule, final_weight,
+                                                         alpha, saved)
+    num_arcs = schedule.arc_src_pos.shape[0]
+    on_path = jnp.zeros(num_arcs + 1, final_weight.dtype).at[arcs].set(1)[:num_arcs]
+    stop = jnp.zeros_like(final_weight).at[final_state].set(found.astype(final_weight.dtype))
+    return on_path, stop
 
 
 _tot_score_core.defvjp(_tot_score_fwd, _tot_score_bwd)
 
 
 def _tot_score_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
-    score = _plain_tot_score if semiring.sum_grad is None else _tot_score_core
+    custom = semiring.sum_grad is not None or semiring.argsum is not None
+    score = _tot_score_core if custom else _plain_tot_score
     return score(semiring, fsa.schedule, fsa.weight, fsa.final_weight)
 
 
@@ -155,13 +172,10 @@ def backward_scores(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
 
 
 def _posteriors_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
-    if semiring.sum_grad is None:
+    if semiring.sum_grad is None and semiring.argsum is None:
         return jax.grad(lambda w: _tot_score_one(fsa.replace(weight=w), semiring))(fsa.weight)
-    alpha, local = recursions.forward_positions(semiring, fsa.schedule, fsa.weight,
-                                                with_local=True)
-    arc_grad, _ = recursions.path_gradients(semiring, fsa.schedule, fsa.final_weight,
-                                            alpha, local)
-    return arc_grad
+    _, residuals = _tot_score_fwd(semiring, fsa.schedule, fsa.weight, fsa.final_weight)
+    return _path_gradients(semiring, *residuals)[0]
 
 
 def arc_posteriors(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:

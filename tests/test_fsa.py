@@ -76,6 +76,8 @@ def test_float64_needs_x64():
 
 def test_is_a_pytree_through_jit_vmap_and_device_put():
     fsa = sj.Fsa.from_arcs(ARCS, final=[2])
+    assert fsa == fsa and fsa != sj.Fsa.from_arcs(ARCS, final=[2])  # identity, no error
+    assert len({fsa, fsa}) == 1
     leaves, treedef = jax.tree_util.tree_flatten(fsa)
     rebuilt = jax.tree_util.tree_unflatten(treedef, leaves)
     assert rebuilt.is_acceptor and rebuilt.cycle == ()

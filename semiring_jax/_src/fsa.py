@@ -27,7 +27,9 @@ _STRUCTURE_FIELDS = ("src", "dst", "arc_mask")
 _FREE_FIELDS = ("ilabel", "olabel", "weight", "final_weight")
 
 
-@dataclasses.dataclass(frozen=True)
+# eq=False: comparing or hashing arrays field by field is ill-defined;
+# compare pytrees with chex.assert_trees_all_equal instead.
+@dataclasses.dataclass(frozen=True, eq=False)
 class Fsa:
     """A weighted finite-state acceptor or transducer; start state 0.
 

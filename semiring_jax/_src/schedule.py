@@ -14,7 +14,9 @@ import jax
 __all__ = ["Schedule"]
 
 
-@dataclasses.dataclass(frozen=True)
+# eq=False: comparing or hashing arrays field by field is ill-defined;
+# compare pytrees with chex.assert_trees_all_equal instead.
+@dataclasses.dataclass(frozen=True, eq=False)
 class Schedule:
     """Index tables of the level schedule (see `host/schedule.py`).
 

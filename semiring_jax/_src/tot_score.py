@@ -61,7 +61,9 @@ def _tot_score_bwd(semiring, residuals, cotangent):
     # | total | arc / final gradient                                  |
     # | -inf  | exactly 0 (sum_grad gives 0 on all -inf candidates,   |
     # |       | and no path is traced back)                           |
-    # | +inf  | NaN: a +inf weight is a bug and must stay visible     |
+    # | +inf  | LOG: NaN; TROPICAL: the indicator of a path through   |
+    # |       | the +inf weight. Either way the +inf total stays      |
+    # |       | visible: a +inf weight is a bug, never clipped.       |
     arc_grad, final_grad = _path_gradients(semiring, *residuals)
     return None, arc_grad * cotangent, final_grad * cotangent
 

@@ -17,7 +17,8 @@ import jax.numpy as jnp
 from semiring_jax._src.schedule import Schedule
 from semiring_jax._src.semiring import Semiring
 
-__all__ = ["forward_positions", "backward_positions", "path_gradients", "best_path_arcs"]
+__all__ = ["forward_positions", "backward_positions", "path_gradients", "best_path_arcs",
+           "endings"]
 
 
 def _append(values: jax.Array, *fills: float) -> jax.Array:
@@ -31,13 +32,20 @@ def _level_scan(step, init: jax.Array, xs, *, reverse: bool):
                         reverse=reverse)
 
 
-def _combine(semiring: Semiring, row_values: jax.Array,
+def _combine(reduce, zero: float, row_values: jax.Array,
              combine: jax.Array) -> tuple[jax.Array, Optional[jax.Array]]:
-    """⊕ of each state's rows: [R] -> [W], and the [W, C] parts (or None)."""
+    """`reduce` of each state's rows: [R] -> [W], and the [W, C] parts (or
+    None); empty combine slots read `zero`."""
     if combine.shape[-1] == 1 and row_values.shape[0] == combine.shape[0]:
         return row_values, None  # one row per state: nothing to combine
-    parts = _append(row_values, semiring.zero)[combine]  # [W, C]
-    return semiring.sum(parts, axis=1), parts
+    parts = _append(row_values, zero)[combine]  # [W, C]
+    return reduce(parts, axis=1), parts
+
+
+def endings(semiring: Semiring, schedule: Schedule, alpha: jax.Array,
+            final_weight: jax.Array) -> jax.Array:
+    """α ⊗ final weight per state, [S]: the terms of the total score."""
+    return semiring.times(alpha[schedule.state_pos], final_weight)
 
 
 def forward_positions(semiring: Semiring, schedule: Schedule, weight: jax.Array, *,
@@ -65,7 +73,7 @@ def forward_positions(semiring: Semiring, schedule: Schedule, weight: jax.Array,
         level, (in_src_pos, in_weight_level, combine, row_part) = xs
         entering = semiring.times(alpha[in_src_pos], in_weight_level)  # [R, K]
         rows = semiring.sum(entering, axis=1)
-        new, parts = _combine(semiring, rows, combine)
+        new, parts = _combine(semiring.sum, semiring.zero, rows, combine)
         saved = None
         if with_local:
             saved = semiring.sum_grad(entering, rows, axis=1)
@@ -99,7 +107,7 @@ def backward_positions(semiring: Semiring, schedule: Schedule, weight: jax.Array
         level, (out_dst_pos, out_weight_level, combine, final_level) = xs
         leaving = semiring.times(out_weight_level, beta[out_dst_pos])  # [R, K_out]
         rows = semiring.sum(leaving, axis=1)
-        new = semiring.plus(final_level, _combine(semiring, rows, combine)[0])
+        new = semiring.plus(final_level, _combine(semiring.sum, semiring.zero, rows, combine)[0])
         return jax.lax.dynamic_update_slice(beta, new, (level * width,)), None
 
     beta = jnp.full((levels * width + 1,), semiring.zero, weight.dtype)
@@ -136,7 +144,7 @@ def path_gradients(semiring: Semiring, schedule: Schedule, final_weight: jax.Arr
     levels, width = schedule.pos_state.shape
     arc_local = _append(local.reshape(-1), 0)[schedule.arc_grad_index]  # [A]
     # Over states, not positions, so that TROPICAL ties go to the lowest state.
-    ending = semiring.times(alpha[schedule.state_pos], final_weight)  # [S]
+    ending = endings(semiring, schedule, alpha, final_weight)
     final_local = semiring.sum_grad(ending, semiring.sum(ending, axis=0), axis=0)
     final_local_grid = _append(final_local, 0)[schedule.pos_state]  # [L, W]
     out_local = _append(arc_local, 0)[schedule.out_arc]  # [L, R, K_out]
@@ -144,10 +152,7 @@ def path_gradients(semiring: Semiring, schedule: Schedule, final_weight: jax.Arr
     def step(adjoint, xs):
         level, (out_dst_pos, out_local_level, combine, final_level) = xs
         rows = jnp.sum(adjoint[out_dst_pos] * out_local_level, axis=1)  # [R]
-        if combine.shape[-1] == 1 and rows.shape[0] == combine.shape[0]:
-            new = final_level + rows
-        else:
-            new = final_level + jnp.sum(_append(rows, 0)[combine], axis=1)
+        new = final_level + _combine(jnp.sum, 0, rows, combine)[0]
         return jax.lax.dynamic_update_slice(adjoint, new, (level * width,)), None
 
     adjoint = jnp.zeros((levels * width + 1,), final_weight.dtype)
@@ -180,7 +185,7 @@ def best_path_arcs(semiring: Semiring, schedule: Schedule, final_weight: jax.Arr
     levels, width = schedule.pos_state.shape
     num_arcs = schedule.arc_src_pos.shape[0]
     row_choice, part_choice = choices
-    ending = semiring.times(alpha[schedule.state_pos], final_weight)  # [S]
+    ending = endings(semiring, schedule, alpha, final_weight)
     total = semiring.sum(ending, axis=0)
     final_state = semiring.argsum(ending, total, axis=0)
     found = total != semiring.zero

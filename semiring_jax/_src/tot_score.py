@@ -36,7 +36,7 @@ def check_scorable(fsa: Fsa, fn: str) -> None:
 
 def _total(semiring: Semiring, schedule: Schedule, alpha: jax.Array,
            final_weight: jax.Array) -> jax.Array:
-    return semiring.sum(semiring.times(alpha[schedule.state_pos], final_weight), axis=0)
+    return semiring.sum(recursions.endings(semiring, schedule, alpha, final_weight), axis=0)
 
 
 def _plain_tot_score(semiring: Semiring, schedule: Schedule, weight: jax.Array,

@@ -5,6 +5,8 @@ The public API (see API.md); everything else lives in `semiring_jax._src`.
 
 from semiring_jax._src.batch import stack, unstack
 from semiring_jax._src.best_path import best_path
+from semiring_jax._src.ctc import ctc_graph, ctc_loss, ctc_topo, forced_align
+from semiring_jax._src.dense import dense_tot_score, viterbi_decode
 from semiring_jax._src.fsa import Fsa
 from semiring_jax._src.linear import linear_fsa
 from semiring_jax._src.semiring import LOG, TROPICAL, Semiring, semiring
@@ -21,10 +23,16 @@ __all__ = [
     "arc_posteriors",
     "backward_scores",
     "best_path",
+    "ctc_graph",
+    "ctc_loss",
+    "ctc_topo",
+    "dense_tot_score",
+    "forced_align",
     "forward_scores",
     "linear_fsa",
     "semiring",
     "stack",
     "tot_score",
     "unstack",
+    "viterbi_decode",
 ]

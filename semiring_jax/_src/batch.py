@@ -103,6 +103,9 @@ def stack(fsas: Sequence[Fsa], *, bucket: bool = False) -> Fsa:
     cycle = next((entry.cycle for entry in padded if entry.cycle), ())
     if cycle:  # one cyclic entry: no schedule for anyone, score ops refuse it
         padded = [entry if entry.cycle else _without_schedule(entry) for entry in padded]
+    in_width = max(entry.schedule.state_in_arcs.shape[1] for entry in padded)
+    out_width = max(entry.schedule.state_out_arcs.shape[1] for entry in padded)
+    padded = [_widen_arc_tables(entry, in_width, out_width) for entry in padded]
     leaves = jax.tree_util.tree_map(lambda *values: _stack_leaves(values),
                                     *[_array_fields(entry) for entry in padded])
     return Fsa(**leaves, cycle=cycle, is_acceptor=fsas[0].is_acceptor)
@@ -139,9 +142,22 @@ def _array_fields(fsa: Fsa) -> dict[str, Any]:
 
 def _without_schedule(fsa: Fsa) -> Fsa:
     tables = schedule.empty_schedule_arrays(fsa.num_states, fsa.num_arcs)
+    old = fsa.schedule
     return Fsa(**{**_array_fields(fsa),
-                  "schedule": Schedule(**tables, real_sizes=fsa.schedule.real_sizes)},
+                  "schedule": Schedule(**tables, real_sizes=old.real_sizes,
+                                       state_in_arcs=old.state_in_arcs,
+                                       state_out_arcs=old.state_out_arcs)},
                cycle=(), is_acceptor=fsa.is_acceptor)
+
+
+def _widen_arc_tables(fsa: Fsa, in_width: int, out_width: int) -> Fsa:
+    """`fsa` with its per-state arc tables padded to the batch's widths."""
+    old = fsa.schedule
+    widen = lambda table, width: np.pad(table, ((0, 0), (0, width - table.shape[1])),
+                                        constant_values=fsa.num_arcs)
+    new = dataclasses.replace(old, state_in_arcs=widen(old.state_in_arcs, in_width),
+                              state_out_arcs=widen(old.state_out_arcs, out_width))
+    return dataclasses.replace(fsa, schedule=new)
 
 
 def _host_structure(fsa: Fsa, fn: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

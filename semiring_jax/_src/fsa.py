@@ -18,7 +18,7 @@ import numpy as np
 
 from semiring_jax._src import checks
 from semiring_jax._src.schedule import Schedule
-from semiring_jax._src.host import build, dot, levels, schedule, text_io
+from semiring_jax._src.host import arc_tables, build, dot, levels, schedule, text_io
 
 __all__ = ["Fsa", "assemble"]
 
@@ -375,7 +375,9 @@ def _schedule_fields(num_states: int, src: np.ndarray, dst: np.ndarray, arc_mask
         tables = schedule.empty_schedule_arrays(num_states, src.shape[0])
     else:
         tables = schedule.build_schedule_arrays(num_states, src, dst, arc_mask, shape)
-    return dict(schedule=Schedule(**tables, real_sizes=real_sizes), cycle=cycle)
+    by_state = dict(state_in_arcs=arc_tables.arcs_by_state(num_states, dst, arc_mask),
+                    state_out_arcs=arc_tables.arcs_by_state(num_states, src, arc_mask))
+    return dict(schedule=Schedule(**tables, real_sizes=real_sizes, **by_state), cycle=cycle)
 
 
 def assemble(arrays: build.ArcArrays, *, arc_mask: Optional[np.ndarray] = None,

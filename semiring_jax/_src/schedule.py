@@ -37,6 +37,9 @@ class Schedule:
       arc_grad_index: int32 [A], each arc's index in the flattened in-table
         (L * R * K for padding arcs).
       real_sizes: int32 [2], the states and arcs before batch padding.
+      state_in_arcs, state_out_arcs: int32 [S, K], each state's incoming
+        and outgoing real arcs in arc order, padded with A; built for cyclic
+        FSAs too, for dense intersection (`host/arc_tables.py`).
     """
 
     state_pos: jax.Array
@@ -52,6 +55,8 @@ class Schedule:
     arc_dst_pos: jax.Array
     arc_grad_index: jax.Array
     real_sizes: jax.Array
+    state_in_arcs: jax.Array
+    state_out_arcs: jax.Array
 
 
 jax.tree_util.register_dataclass(

@@ -1,0 +1,332 @@
+"""CTC: the topology, per-utterance graphs, the loss and forced alignment.
+
+The loss never builds an Fsa: a label sequence l_1..l_U has the CTC graph
+of S = 2U + 1 states (even states: blank; state 2i + 1: label l_{i+1}) whose
+incoming arcs all carry their state's label, so its slot tables have a
+fixed pattern (self, previous, the one before) and only the weights (is the
+skip allowed?) and labels depend on the data. That is built in JAX, so
+`ctc_loss` runs under `jax.jit` with traced labels, and the emission of a
+state is gathered once per frame, not once per arc.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Optional, Sequence, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from semiring_jax._src import checks, dense_recursion
+from semiring_jax._src.dense import best_columns, check_emissions, check_lengths
+from semiring_jax._src.dense_recursion import Slots
+from semiring_jax._src.fsa import Fsa
+from semiring_jax._src.semiring import LOG
+
+__all__ = ["ctc_topo", "ctc_graph", "ctc_loss", "forced_align"]
+
+
+def ctc_topo(vocab_size: int, blank: int = 0, *, modified: bool = False,
+             dtype: Any = np.float32) -> Fsa:
+    """The CTC topology: a transducer from frame tokens to output labels.
+
+    Standard (k2's `ctc_topo(modified=False)`): one state per token, state 0
+    for `blank`; from every state, token j goes to state j, writing j when
+    it starts a new token and `blank` when it repeats the state's own token
+    (so a repeated label needs a blank between). All states are final.
+    V² arcs. Modified (k2's `modified=True`), 4V - 3 arcs: from the blank state, any token j is written and either
+    stays (one frame of j) or enters state j, whose self-loop repeats j and
+    whose other arc returns to the blank state on one more frame of j;
+    repeated labels need no blank between. Only the blank state is final.
+
+    Output label `blank` means "nothing": with `blank=0` it is epsilon, as
+    structural algorithms read it.
+
+    Args:
+      vocab_size: V, the number of tokens including the blank.
+      blank: the blank token, in [0, V).
+      modified: the modified topology (fewer arcs).
+      dtype: float32 (default) or float64.
+    Returns:
+      A cyclic transducer; all weights 0.
+    Raises:
+      ValueError: if `vocab_size` < 1 or `blank` is outside [0, V).
+    Examples:
+      >>> import semiring_jax as sj
+      >>> sj.ctc_topo(3)
+      Fsa(transducer, num_states=3, num_arcs=9, cyclic)
+      >>> sj.ctc_topo(3, modified=True).num_arcs
+      9
+    """
+    if vocab_size < 1:
+        raise ValueError(f"ctc_topo: vocab_size must be at least 1, got {vocab_size}")
+    if not 0 <= blank < vocab_size:
+        raise ValueError(f"ctc_topo: blank = {blank} is outside [0, vocab_size) = "
+                         f"[0, {vocab_size})")
+    # Token t lives in state _state(t): the blank must be state 0 (the start).
+    tokens = np.arange(vocab_size)
+    state = np.where(tokens == blank, 0, np.where(tokens == 0, blank, tokens))
+    if not modified:
+        src, token = (grid.reshape(-1) for grid in np.meshgrid(tokens, tokens, indexing="ij"))
+        olabel = np.where(src == token, blank, token)
+        arcs = np.stack([state[src], state[token], token, olabel], axis=1)
+        final = list(range(vocab_size))
+    else:
+        others = tokens[tokens != blank]
+        arcs = np.concatenate([
+            np.stack([np.zeros_like(tokens), np.zeros_like(tokens), tokens, tokens], axis=1),
+            np.stack([np.zeros_like(others), state[others], others, others], axis=1),
+            np.stack([state[others], state[others], others, np.full_like(others, blank)], 1),
+            np.stack([state[others], np.zeros_like(others), others,
+                      np.full_like(others, blank)], axis=1)])
+        final = [0]
+    rows = np.concatenate([arcs, np.zeros((arcs.shape[0], 1))], axis=1)
+    return Fsa.from_arcs(rows.tolist(), final=final, num_states=vocab_size, dtype=dtype) \
+        if arcs.shape[0] else Fsa.from_arcs([], final=final, num_states=1, dtype=dtype)
+
+
+def _label_rows(labels: Any, label_lengths: Optional[Any], fn: str
+                ) -> list[np.ndarray]:
+    """Host label sequences from a padded [B, U] array (+ lengths) or lists."""
+    if label_lengths is None and not isinstance(labels, np.ndarray) and \
+            not hasattr(labels, "shape"):
+        return [np.asarray(row, np.int64).reshape(-1) for row in labels]
+    labels = checks.concrete(labels, "labels", fn)
+    if labels.ndim != 2:
+        raise ValueError(f"{fn}: labels must have shape [B, U], got {labels.shape}")
+    if label_lengths is None:
+        return list(labels.astype(np.int64))
+    lengths = checks.concrete(label_lengths, "label_lengths", fn)
+    _check_label_lengths(lengths, labels.shape, fn)
+    return [labels[b, :n].astype(np.int64) for b, n in enumerate(lengths.tolist())]
+
+
+def _check_label_lengths(lengths: np.ndarray, labels_shape: tuple[int, ...], fn: str) -> None:
+    batch, max_labels = labels_shape
+    if lengths.shape != (batch,):
+        raise ValueError(f"{fn}: label_lengths must have shape [B] = ({batch},), got "
+                         f"{lengths.shape}")
+    bad = np.flatnonzero((lengths < 0) | (lengths > max_labels))
+    if bad.size:
+        b = int(bad[0])
+        raise ValueError(f"{fn}: label_lengths[{b}] = {lengths[b]} but labels has room for "
+                         f"U = {max_labels} labels (and lengths must be >= 0)")
+
+
+def ctc_graph(labels: Union[Sequence[Sequence[int]], Any], label_lengths: Optional[Any] = None,
+              *, blank: int = 0, dtype: Any = np.float32) -> Fsa:
+    """Batched CTC graphs of label sequences, for `dense_tot_score`.
+
+    For l_1..l_U: 2U + 1 states (even: blank, 2i + 1: l_{i+1}); each state
+    loops on its own token and moves to the next state, and a label state
+    may skip the blank before the next label when the two labels differ.
+    Final states: the last label and the blank after it (state 0 if U = 0).
+    `dense_tot_score(ctc_graph(labels), log_probs, lengths)` is the CTC
+    log-likelihood, `-ctc_loss`. Output labels: the label on the arc that
+    starts it, `blank` elsewhere.
+
+    Args:
+      labels: a list of label sequences, or int [B, U] padded with anything
+        past `label_lengths`.
+      label_lengths: int [B]; all of U by default.
+      blank: the blank token.
+      dtype: float32 (default) or float64.
+    Returns:
+      A batched transducer Fsa, batch_shape (B,).
+    Raises:
+      ValueError: for a label equal to `blank` or negative, or a length
+        outside [0, U].
+    Examples:
+      >>> import semiring_jax as sj
+      >>> graph = sj.ctc_graph([[3, 3], [5]])
+      >>> graph.batch_shape, graph.num_states
+      ((2,), 5)
+    """
+    rows = _label_rows(labels, label_lengths, "ctc_graph")
+    graphs = []
+    for b, row in enumerate(rows):
+        bad = np.flatnonzero((row < 0) | (row == blank))
+        if bad.size:
+            raise ValueError(f"ctc_graph: labels[{b}][{int(bad[0])}] = {row[bad[0]]}; labels "
+                             f"must be >= 0 and differ from blank = {blank}")
+        graphs.append(_one_ctc_graph(row, blank, dtype))
+    from semiring_jax._src.batch import stack  # batch imports fsa; avoid a cycle
+    return stack(graphs)
+
+
+def _one_ctc_graph(row: np.ndarray, blank: int, dtype: Any) -> Fsa:
+    num_states = 2 * row.size + 1
+    token = np.full(num_states, blank, np.int64)
+    token[1::2] = row
+    states = np.arange(num_states)
+    arcs = [np.stack([states, states, token[states], np.full(num_states, blank)], axis=1),
+            np.stack([states[:-1], states[1:], token[1:],
+                      np.where(states[1:] % 2 == 1, token[1:], blank)], axis=1)]
+    skip = states[1:-2:2]  # label state 2i+1 -> 2i+3 when the labels differ
+    skip = skip[token[skip] != token[skip + 2]]
+    arcs.append(np.stack([skip, skip + 2, token[skip + 2], token[skip + 2]], axis=1))
+    arcs = np.concatenate(arcs)
+    arcs = arcs[np.lexsort((arcs[:, 1], arcs[:, 0]))]  # by source, then destination
+    rows = np.concatenate([arcs, np.zeros((arcs.shape[0], 1))], axis=1).tolist()
+    final = [num_states - 1] + ([num_states - 2] if row.size else [])
+    return Fsa.from_arcs(rows, final=sorted(final), num_states=num_states, dtype=dtype)
+
+
+# -- the loss, on JAX-built slot tables -----------------------------------------
+
+
+def _ctc_pattern(max_labels: int) -> tuple[np.ndarray, np.ndarray]:
+    """The fixed tables of a U-label CTC graph: `src` [S, 3] and `leaving` [S, 3]."""
+    num_states = 2 * max_labels + 1
+    states = np.arange(num_states)
+    src = np.maximum(states[:, None] - np.arange(3), 0)
+    # State u's arcs are slot 0 of u, slot 1 of u + 1 and slot 2 of u + 2.
+    dst = states[:, None] + np.arange(3)
+    leaving = np.where(dst < num_states, dst * 3 + np.arange(3), num_states * 3)
+    return src.astype(np.int32), leaving.astype(np.int32)
+
+
+def _ctc_tables(labels: jax.Array, label_length: jax.Array, blank: int, dtype: Any):
+    """One utterance: (state labels [S, 1], slot weights [S, 3], final [S])."""
+    num_states = 2 * labels.shape[0] + 1
+    states = jnp.arange(num_states)
+    token = jnp.full(num_states, blank, jnp.int32).at[1::2].set(labels.astype(jnp.int32))
+    before = jnp.concatenate([jnp.full(2, blank, jnp.int32), token[:-2]])
+    can_skip = (states % 2 == 1) & (states >= 3) & (token != before)
+    allowed = jnp.stack([jnp.ones(num_states, bool), states >= 1, can_skip], axis=1)
+    slot_weight = jnp.where(allowed, 0.0, -jnp.inf).astype(dtype)
+    is_final = (states == 2 * label_length) | (states == 2 * label_length - 1)
+    final_weight = jnp.where(is_final, 0.0, -jnp.inf).astype(dtype)
+    return token[:, None], slot_weight, final_weight
+
+
+def _ctc_totals(log_probs, input_lengths, labels, label_lengths, blank, one_utterance):
+    src, leaving = _ctc_pattern(labels.shape[1])
+
+    def per_utterance(emissions, length, row, label_length):
+        label, slot_weight, final_weight = _ctc_tables(row, label_length, blank,
+                                                       emissions.dtype)
+        slots = Slots(src=jnp.asarray(src), label=label, leaving=jnp.asarray(leaving))
+        return one_utterance(slots, slot_weight, final_weight, emissions, length)
+
+    return jax.vmap(per_utterance)(log_probs, input_lengths, labels, label_lengths)
+
+
+@functools.partial(jax.jit, static_argnames=("blank", "zero_infinity"))
+def _ctc_loss(log_probs, input_lengths, labels, label_lengths, blank, zero_infinity):
+    totals = _ctc_totals(log_probs, input_lengths, labels, label_lengths, blank,
+                         functools.partial(dense_recursion.total, LOG))
+    loss = -totals
+    # Rounding can push a certain alignment's log-probability just above 0.
+    loss = jnp.where(loss < 0, jnp.zeros_like(loss), loss)
+    if zero_infinity:
+        loss = jnp.where(jnp.isinf(loss), jnp.zeros_like(loss), loss)
+    return loss
+
+
+def _check_ctc_inputs(log_probs, input_lengths, labels, label_lengths, blank, fn):
+    log_probs = check_emissions(log_probs, fn, "log_probs")
+    batch, num_frames, vocab_size = log_probs.shape
+    input_lengths = check_lengths(input_lengths, batch, num_frames, fn, "input_lengths", "T")
+    if np.ndim(labels) != 2 or np.shape(labels)[0] != batch:
+        raise ValueError(f"{fn}: labels must have shape [B, U] with B = {batch}, got "
+                         f"{tuple(np.shape(labels))}")
+    if not np.issubdtype(np.result_type(labels), np.integer):
+        raise ValueError(f"{fn}: labels must hold integers, got {np.result_type(labels)}")
+    max_labels = np.shape(labels)[1]
+    if not 0 <= blank < vocab_size:
+        raise ValueError(f"{fn}: blank = {blank} is outside [0, V) = [0, {vocab_size})")
+    if not checks.is_traced(label_lengths):
+        _check_label_lengths(np.asarray(label_lengths), (batch, max_labels), fn)
+    label_lengths = check_lengths(label_lengths, batch, max_labels, fn, "label_lengths", "U")
+    if not checks.is_traced(labels) and not checks.is_traced(label_lengths):
+        values = np.asarray(labels)
+        used = np.arange(max_labels) < np.asarray(label_lengths)[:, None]
+        bad = np.argwhere(used & ((values < 0) | (values >= vocab_size) | (values == blank)))
+        if bad.size:
+            b, u = (int(i) for i in bad[0])
+            raise ValueError(f"{fn}: labels[{b}, {u}] = {values[b, u]} is outside [0, V) = "
+                             f"[0, {vocab_size}) or equals blank = {blank}")
+    labels = jnp.clip(jnp.asarray(labels, jnp.int32), 0, vocab_size - 1)  # padding
+    return log_probs, input_lengths, labels, label_lengths
+
+
+def ctc_loss(log_probs: Any, input_lengths: Any, labels: Any, label_lengths: Any,
+             blank: int = 0, *, zero_infinity: bool = False) -> jax.Array:
+    """Connectionist temporal classification loss, per utterance.
+
+    The negative log of the total probability of the frame-level token
+    sequences that collapse (merge repeats, drop blanks) to `labels[b]`,
+    over the first `input_lengths[b]` frames: `-dense_tot_score` of the CTC
+    graph, computed without building it. The gradient with respect to
+    `log_probs` is minus the per-frame token posteriors (computed from
+    normalised forward-backward scores, not by autodiff through the scan);
+    frames past `input_lengths[b]` get exactly 0.
+
+    Args:
+      log_probs: float [B, T, V], per-frame log-probabilities (batch first;
+        torch's `ctc_loss` takes [T, B, V]).
+      input_lengths: int [B], frames per utterance in [0, T].
+      labels: int [B, U], padded; entries past `label_lengths` are ignored.
+      label_lengths: int [B], in [0, U].
+      blank: the blank token.
+      zero_infinity: give 0.0 instead of +inf for infeasible utterances
+        (too few frames for their labels), like torch's option. Either way
+        their gradient is exactly 0.
+    Returns:
+      float [B], >= 0; +inf where an utterance is infeasible.
+    Raises:
+      ValueError: for log_probs not of rank 3, lengths outside [0, T] or
+        [0, U], labels not [B, U], or a used label outside [0, V) or equal to
+        `blank` (checked when the values are concrete).
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> import semiring_jax as sj
+      >>> log_probs = jnp.log(jnp.full((1, 2, 3), 1 / 3))
+      >>> loss = sj.ctc_loss(log_probs, jnp.array([2]), jnp.array([[1]]), jnp.array([1]))
+      >>> print(jnp.round(jnp.exp(-loss), 4))  # "1 1", "_ 1" or "1 _" of 9
+      [0.3333]
+    """
+    args = _check_ctc_inputs(log_probs, input_lengths, labels, label_lengths, blank,
+                             "ctc_loss")
+    return _ctc_loss(*args, blank=int(blank), zero_infinity=bool(zero_infinity))
+
+
+@functools.partial(jax.jit, static_argnames="blank")
+def _forced_align(log_probs, input_lengths, labels, label_lengths, blank):
+    return _ctc_totals(log_probs, input_lengths, labels, label_lengths, blank, best_columns)
+
+
+def forced_align(log_probs: Any, input_lengths: Any, labels: Any, label_lengths: Any,
+                 blank: int = 0) -> tuple[jax.Array, jax.Array]:
+    """The best CTC alignment of each utterance (batched Viterbi).
+
+    Ties: the alignment ending in the last label beats the one ending in
+    the final blank, then at each frame staying beats moving one state,
+    which beats skipping a blank.
+
+    Args:
+      log_probs: float [B, T, V]; input_lengths: int [B]; labels: int [B, U];
+        label_lengths: int [B]; blank: as in `ctc_loss`.
+    Returns:
+      `(frame_labels, scores)`: int32 [B, T], the token at each frame of the
+      best alignment (blank included; -1 past `input_lengths[b]`, and
+      everywhere for an infeasible utterance); float [B], its
+      log-probability (-inf if infeasible), equal to the TROPICAL
+      `dense_tot_score` of the CTC graph and differentiable.
+    Raises:
+      ValueError: as `ctc_loss`.
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> import semiring_jax as sj
+      >>> log_probs = jnp.log(jnp.array([[[0.1, 0.8, 0.1], [0.7, 0.2, 0.1],
+      ...                                 [0.1, 0.1, 0.8]]]))
+      >>> frames, scores = sj.forced_align(log_probs, jnp.array([3]), jnp.array([[1, 2]]),
+      ...                                  jnp.array([2]))
+      >>> print(frames, jnp.round(jnp.exp(scores), 4))
+      [[1 0 2]] [0.448]
+    """
+    args = _check_ctc_inputs(log_probs, input_lengths, labels, label_lengths, blank,
+                             "forced_align")
+    return _forced_align(*args, blank=int(blank))

@@ -1,0 +1,215 @@
+"""Dense intersection of a graph with per-frame scores [B, T, V].
+
+`dense_tot_score` and `viterbi_decode` run the scan of `dense_recursion.py`
+over a graph's per-state arc tables (`Schedule.state_in_arcs`), vmapped over
+the batch, without materialising the lattice. The graph may be cyclic: every
+arc consumes one frame.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from semiring_jax._src import checks, dense_recursion
+from semiring_jax._src.dense_recursion import Slots
+from semiring_jax._src.fsa import Fsa
+from semiring_jax._src.semiring import LOG, TROPICAL, Semiring
+
+__all__ = ["dense_tot_score", "viterbi_decode", "check_emissions", "check_lengths",
+           "check_graph", "graph_slots"]
+
+
+def check_emissions(emissions: Any, fn: str, name: str = "emissions") -> jax.Array:
+    """`emissions` as a float [B, T, V] array; a ValueError otherwise."""
+    if np.ndim(emissions) != 3:
+        raise ValueError(f"{fn}: {name} must have rank 3, [B, T, V], got shape "
+                         f"{tuple(np.shape(emissions))}")
+    dtype = np.result_type(emissions)
+    if not np.issubdtype(dtype, np.floating):
+        raise ValueError(f"{fn}: {name} must be float32 or float64, got {dtype}")
+    checks.check_float_dtype(dtype, name, fn)
+    return jnp.asarray(emissions)
+
+
+def check_lengths(lengths: Any, batch: int, limit: int, fn: str, name: str,
+                  limit_name: str) -> jax.Array:
+    """int32 [B] lengths in [0, limit] (values checked when concrete)."""
+    if lengths is None:
+        return jnp.full((batch,), limit, jnp.int32)
+    if tuple(np.shape(lengths)) != (batch,):
+        raise ValueError(f"{fn}: {name} must have shape [B] = ({batch},), got "
+                         f"{tuple(np.shape(lengths))}")
+    if not np.issubdtype(np.result_type(lengths), np.integer):
+        raise ValueError(f"{fn}: {name} must hold integers, got {np.result_type(lengths)}")
+    if not checks.is_traced(lengths):
+        values = np.asarray(lengths)
+        bad = np.flatnonzero((values < 0) | (values > limit))
+        if bad.size:
+            b = int(bad[0])
+            raise ValueError(f"{fn}: {name}[{b}] = {values[b]} is outside [0, {limit_name}] "
+                             f"= [0, {limit}]")
+    return jnp.asarray(lengths, jnp.int32)
+
+
+def check_graph(graph: Any, batch: int, num_columns: int, dtype: np.dtype, fn: str) -> None:
+    """Raises unless `graph` is an Fsa shared by the batch or one per entry,
+    with labels in [0, V) (checked when concrete) and the emissions' dtype."""
+    if not isinstance(graph, Fsa):
+        raise TypeError(f"{fn}: graph must be an Fsa, got {type(graph).__name__}")
+    if graph.batch_shape not in ((), (batch,)):
+        raise ValueError(f"{fn}: graph has batch_shape {graph.batch_shape} but emissions "
+                         f"has B = {batch}; pass one graph or a batch of B graphs")
+    if graph.dtype != dtype:
+        raise ValueError(f"{fn}: graph weights are {graph.dtype} but emissions are {dtype}")
+    if checks.is_traced(graph.ilabel) or checks.is_traced(graph.arc_mask):
+        return
+    labels = np.asarray(graph.ilabel).reshape(-1, graph.num_arcs)
+    real = np.asarray(graph.arc_mask).reshape(-1, graph.num_arcs)
+    bad = np.argwhere(real & ((labels < 0) | (labels >= num_columns)))
+    if bad.size:
+        entry, arc = (int(i) for i in bad[0])
+        where = f"graph entry {entry}, arc {arc}" if graph.batch_shape else f"graph arc {arc}"
+        raise ValueError(f"{fn}: {where} has label {labels[entry, arc]}, outside the "
+                         f"emission columns [0, V) = [0, {num_columns})")
+
+
+def graph_slots(graph: Fsa) -> tuple[Slots, jax.Array, jax.Array]:
+    """(slots, slot_weight [S, K], final_weight [S]) of one unbatched graph."""
+    in_arcs = graph.schedule.state_in_arcs  # [S, K], A where unused
+    num_states, num_slots = in_arcs.shape
+    no_slot = num_states * num_slots
+    src = jnp.append(graph.src, 0)[in_arcs]
+    label = jnp.append(graph.ilabel, 0)[in_arcs]
+    weight = jnp.append(graph.weight, -jnp.inf)[in_arcs]
+    # Where each arc sits among the slots, to list the slots leaving a state.
+    slot_of_arc = jnp.full(graph.num_arcs + 1, no_slot, jnp.int32)
+    slot_of_arc = slot_of_arc.at[in_arcs.reshape(-1)].set(
+        jnp.arange(no_slot, dtype=jnp.int32)).at[graph.num_arcs].set(no_slot)
+    leaving = slot_of_arc[graph.schedule.state_out_arcs]
+    return Slots(src=src, label=label, leaving=leaving), weight, graph.final_weight
+
+
+def _over_batch(one_utterance, graph: Fsa, emissions: jax.Array, lengths: jax.Array):
+    """`one_utterance(graph, emissions [T, V], length)` vmapped over B."""
+    graph_axis = 0 if graph.batch_shape else None
+    return jax.vmap(one_utterance, in_axes=(graph_axis, 0, 0))(graph, emissions, lengths)
+
+
+@functools.partial(jax.jit, static_argnames="semiring")
+def _dense_tot_score(graph: Fsa, emissions: jax.Array, lengths: jax.Array,
+                     semiring: Semiring) -> jax.Array:
+    def one_utterance(graph, emissions, length):
+        slots, slot_weight, final_weight = graph_slots(graph)
+        return dense_recursion.total(semiring, slots, slot_weight, final_weight, emissions,
+                                     length)
+    return _over_batch(one_utterance, graph, emissions, lengths)
+
+
+def dense_tot_score(graph: Fsa, emissions: Any, lengths: Optional[Any] = None,
+                    semiring: Semiring = LOG) -> jax.Array:
+    """⊕ over the paths of `graph` that consume exactly `lengths[b]` frames.
+
+    Every arc consumes one frame and adds `emissions[b, t, arc.ilabel]` to
+    its weight (label 0 is an ordinary column here, e.g. a CTC blank); a
+    path counts if it starts in state 0 and ends in a final state (adding
+    its final weight) after exactly `lengths[b]` frames. The lattice is not
+    materialised: a `lax.scan` over frames carries the [S] forward scores,
+    normalised per frame so that float32 stays accurate for long inputs.
+
+    Gradients (custom VJP for LOG and TROPICAL): with respect to `emissions`
+    they are the per-frame posteriors of each column (LOG) or the 0/1
+    indicator of the best path's columns (TROPICAL; ties: the lowest
+    best final state, then the lowest-numbered arc into each state); with
+    respect to `graph.weight` / `final_weight`, the expected number of uses
+    (LOG) or the count on the best path. Frames past `lengths[b]` get
+    gradient exactly 0; so does everything when no path succeeds (-inf).
+    Other semirings: plain autodiff through an unnormalised scan.
+
+    Args:
+      graph: an Fsa (cyclic allowed) shared by the batch, or a batched Fsa
+        with B entries (one graph per utterance). Labels in [0, V).
+      emissions: float [B, T, V], per-frame scores (e.g. log-probabilities).
+      lengths: int [B], frames per utterance in [0, T]; T by default.
+      semiring: LOG (default), TROPICAL or any `Semiring`.
+    Returns:
+      float [B]; -inf where no path of the right length succeeds.
+    Raises:
+      ValueError: for emissions not of rank 3, lengths outside [0, T], a
+        batched graph whose size is not B, a label outside [0, V) (naming
+        the arc), or a graph dtype that differs from the emissions'.
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> import semiring_jax as sj
+      >>> graph = sj.Fsa.from_arcs([(0, 0, 0, 0.0), (0, 1, 1, 0.0), (1, 1, 1, 0.0)],
+      ...                          final=[1])
+      >>> emissions = jnp.log(jnp.array([[[0.5, 0.5], [0.25, 0.75]]]))
+      >>> print(jnp.round(jnp.exp(sj.dense_tot_score(graph, emissions)), 4))
+      [0.75]
+    """
+    emissions = check_emissions(emissions, "dense_tot_score")
+    batch, num_frames, num_columns = emissions.shape
+    lengths = check_lengths(lengths, batch, num_frames, "dense_tot_score", "lengths", "T")
+    check_graph(graph, batch, num_columns, emissions.dtype, "dense_tot_score")
+    return _dense_tot_score(graph, emissions, lengths, semiring)
+
+
+@jax.jit
+def _viterbi_decode(graph: Fsa, emissions: jax.Array, lengths: jax.Array):
+    def one_utterance(graph, emissions, length):
+        slots, slot_weight, final_weight = graph_slots(graph)
+        return best_columns(slots, slot_weight, final_weight, emissions, length)
+    return _over_batch(one_utterance, graph, emissions, lengths)
+
+
+def best_columns(slots: Slots, slot_weight: jax.Array, final_weight: jax.Array,
+                 emissions: jax.Array, length: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(int32 [T] column per frame, -1 past `length`; best score []) of one
+    utterance. The score is the TROPICAL total, so it is differentiable."""
+    alpha, choices, _ = dense_recursion.forward_with_choices(
+        TROPICAL, slots, jax.lax.stop_gradient(slot_weight), jax.lax.stop_gradient(emissions),
+        length)
+    _, columns, _, _ = dense_recursion.best_frames(
+        TROPICAL, slots, jax.lax.stop_gradient(final_weight), alpha, choices, length)
+    score = dense_recursion.total(TROPICAL, slots, slot_weight, final_weight, emissions,
+                                  length)
+    return columns.astype(jnp.int32), score
+
+
+def viterbi_decode(graph: Fsa, emissions: Any,
+                   lengths: Optional[Any] = None) -> tuple[jax.Array, jax.Array]:
+    """The best path through `graph`'s dense intersection, frame by frame.
+
+    The path maximises the TROPICAL score of `dense_tot_score` (ties as
+    there: the lowest best final state, then the lowest-numbered arc).
+
+    Args:
+      graph: an Fsa shared by the batch, or a batched Fsa with B entries.
+      emissions: float [B, T, V].
+      lengths: int [B] in [0, T]; T by default.
+    Returns:
+      `(frame_labels, scores)`: int32 [B, T], the ilabel of the arc taken at
+      each frame (-1 past `lengths[b]`, and everywhere when no path
+      succeeds); float [B], the best path's score, equal to
+      `dense_tot_score(graph, emissions, lengths, sj.TROPICAL)`.
+    Raises:
+      ValueError: as `dense_tot_score`.
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> import semiring_jax as sj
+      >>> graph = sj.Fsa.from_arcs([(0, 0, 0, 0.0), (0, 1, 1, 0.0), (1, 1, 1, 0.0)],
+      ...                          final=[1])
+      >>> emissions = jnp.log(jnp.array([[[0.6, 0.4], [0.25, 0.75], [0.1, 0.9]]]))
+      >>> labels, scores = sj.viterbi_decode(graph, emissions)
+      >>> print(labels, jnp.round(jnp.exp(scores), 4))
+      [[0 1 1]] [0.405]
+    """
+    emissions = check_emissions(emissions, "viterbi_decode")
+    batch, num_frames, num_columns = emissions.shape
+    lengths = check_lengths(lengths, batch, num_frames, "viterbi_decode", "lengths", "T")
+    check_graph(graph, batch, num_columns, emissions.dtype, "viterbi_decode")
+    return _viterbi_decode(graph, emissions, lengths)

@@ -2,9 +2,9 @@
 
 The loss never builds an Fsa: a label sequence l_1..l_U has the CTC graph
 of S = 2U + 1 states (even states: blank; state 2i + 1: label l_{i+1}) whose
-incoming arcs all carry their state's label, so its slot tables have a
-fixed pattern (self, previous, the one before) and only the weights (is the
-skip allowed?) and labels depend on the data. That is built in JAX, so
+incoming arcs all carry their state's label, and whose slots are a band:
+slot k of state s comes from state s - k (self, previous, the one before).
+Only the weights (is the skip allowed?) and labels depend on the data. That is built in JAX, so
 `ctc_loss` runs under `jax.jit` with traced labels, and the emission of a
 state is gathered once per frame, not once per arc.
 """
@@ -176,19 +176,8 @@ def _one_ctc_graph(row: np.ndarray, blank: int, dtype: Any) -> Fsa:
 # -- the loss, on JAX-built slot tables -----------------------------------------
 
 
-def _ctc_pattern(max_labels: int) -> tuple[np.ndarray, np.ndarray]:
-    """The fixed tables of a U-label CTC graph: `src` [S, 3] and `leaving` [S, 3]."""
-    num_states = 2 * max_labels + 1
-    states = np.arange(num_states)
-    src = np.maximum(states[:, None] - np.arange(3), 0)
-    # State u's arcs are slot 0 of u, slot 1 of u + 1 and slot 2 of u + 2.
-    dst = states[:, None] + np.arange(3)
-    leaving = np.where(dst < num_states, dst * 3 + np.arange(3), num_states * 3)
-    return src.astype(np.int32), leaving.astype(np.int32)
-
-
 def _ctc_tables(labels: jax.Array, label_length: jax.Array, blank: int, dtype: Any):
-    """One utterance: (state labels [S, 1], slot weights [S, 3], final [S])."""
+    """One utterance: (state tokens [S], slot weights [S, 3], final [S])."""
     num_states = 2 * labels.shape[0] + 1
     states = jnp.arange(num_states)
     token = jnp.full(num_states, blank, jnp.int32).at[1::2].set(labels.astype(jnp.int32))
@@ -198,25 +187,31 @@ def _ctc_tables(labels: jax.Array, label_length: jax.Array, blank: int, dtype: A
     slot_weight = jnp.where(allowed, 0.0, -jnp.inf).astype(dtype)
     is_final = (states == 2 * label_length) | (states == 2 * label_length - 1)
     final_weight = jnp.where(is_final, 0.0, -jnp.inf).astype(dtype)
-    return token[:, None], slot_weight, final_weight
+    return token, slot_weight, final_weight
 
 
 def _ctc_totals(log_probs, input_lengths, labels, label_lengths, blank, one_utterance):
-    src, leaving = _ctc_pattern(labels.shape[1])
-
     def per_utterance(emissions, length, row, label_length):
-        label, slot_weight, final_weight = _ctc_tables(row, label_length, blank,
+        token, slot_weight, final_weight = _ctc_tables(row, label_length, blank,
                                                        emissions.dtype)
-        slots = Slots(src=jnp.asarray(src), label=label, leaving=jnp.asarray(leaving))
-        return one_utterance(slots, slot_weight, final_weight, emissions, length)
+        slots = Slots(src=None, label=None, leaving=None)  # banded: slot k from s - k
+        # Each state's column, gathered once for all frames as rows of the
+        # [V, T] transpose: a gather (and, for the gradient, a scatter) of S
+        # contiguous rows rather than of T * S single numbers.
+        state_emissions = jnp.take(emissions.T, token, axis=0).T  # [T, S]
+        return one_utterance(slots, slot_weight, final_weight, state_emissions, length,
+                             token)
 
     return jax.vmap(per_utterance)(log_probs, input_lengths, labels, label_lengths)
 
 
 @functools.partial(jax.jit, static_argnames=("blank", "zero_infinity"))
 def _ctc_loss(log_probs, input_lengths, labels, label_lengths, blank, zero_infinity):
+    def one_utterance(slots, slot_weight, final_weight, state_emissions, length, token):
+        return dense_recursion.total(LOG, slots, slot_weight, final_weight, state_emissions,
+                                     length, slot_grads=False)
     totals = _ctc_totals(log_probs, input_lengths, labels, label_lengths, blank,
-                         functools.partial(dense_recursion.total, LOG))
+                         one_utterance)
     loss = -totals
     # Rounding can push a certain alignment's log-probability just above 0.
     loss = jnp.where(loss < 0, jnp.zeros_like(loss), loss)
@@ -295,7 +290,10 @@ def ctc_loss(log_probs: Any, input_lengths: Any, labels: Any, label_lengths: Any
 
 @functools.partial(jax.jit, static_argnames="blank")
 def _forced_align(log_probs, input_lengths, labels, label_lengths, blank):
-    return _ctc_totals(log_probs, input_lengths, labels, label_lengths, blank, best_columns)
+    def one_utterance(slots, slot_weight, final_weight, state_emissions, length, token):
+        states, score = best_columns(slots, slot_weight, final_weight, state_emissions, length)
+        return jnp.where(states >= 0, token[jnp.maximum(states, 0)], -1), score
+    return _ctc_totals(log_probs, input_lengths, labels, label_lengths, blank, one_utterance)
 
 
 def forced_align(log_probs: Any, input_lengths: Any, labels: Any, label_lengths: Any,

@@ -174,7 +174,8 @@ def best_columns(slots: Slots, slot_weight: jax.Array, final_weight: jax.Array,
         TROPICAL, slots, jax.lax.stop_gradient(slot_weight), jax.lax.stop_gradient(emissions),
         length)
     _, columns, _, _ = dense_recursion.best_frames(
-        TROPICAL, slots, jax.lax.stop_gradient(final_weight), alpha, choices, length)
+        TROPICAL, slots, slot_weight.shape[1], jax.lax.stop_gradient(final_weight), alpha,
+        choices, length)
     score = dense_recursion.total(TROPICAL, slots, slot_weight, final_weight, emissions,
                                   length)
     return columns.astype(jnp.int32), score

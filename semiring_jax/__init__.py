@@ -8,6 +8,7 @@ from semiring_jax._src.best_path import best_path
 from semiring_jax._src.ctc import ctc_graph, ctc_loss, ctc_topo, forced_align
 from semiring_jax._src.dense import dense_tot_score, viterbi_decode
 from semiring_jax._src.fsa import Fsa
+from semiring_jax._src.lattice import intersect_dense
 from semiring_jax._src.linear import linear_fsa
 from semiring_jax._src.semiring import LOG, TROPICAL, Semiring, semiring
 from semiring_jax._src.tot_score import (arc_posteriors, backward_scores, forward_scores,
@@ -29,6 +30,7 @@ __all__ = [
     "dense_tot_score",
     "forced_align",
     "forward_scores",
+    "intersect_dense",
     "linear_fsa",
     "semiring",
     "stack",

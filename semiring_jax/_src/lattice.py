@@ -1,0 +1,103 @@
+"""`intersect_dense`: the materialised lattice of a dense intersection.
+
+The structure (which (frame, state) pairs and arcs survive) is worked out on
+the host by `host/lattice.py`; the weights are JAX expressions of the graph's
+weights and the emissions, so scores of the lattice differentiate back to
+both.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from semiring_jax._src import checks
+from semiring_jax._src.batch import stack
+from semiring_jax._src.dense import check_emissions, check_graph, check_lengths
+from semiring_jax._src.fsa import Fsa, assemble
+from semiring_jax._src.host import build, lattice
+
+__all__ = ["intersect_dense"]
+
+
+def intersect_dense(graph: Fsa, emissions: Any, lengths: Optional[Any] = None) -> Fsa:
+    """The lattice of `graph` against per-frame scores, as a batched Fsa.
+
+    Lattice state (t, s) is graph state s after t frames; each graph arc a
+    becomes, at each frame t, an arc (t, src) -> (t + 1, dst) with the
+    graph's labels and weight `weight[a] + emissions[b, t, ilabel[a]]`;
+    states (lengths[b], s) are final with `final_weight[s]`. Only states on
+    a path of exactly `lengths[b]` frames from the start to a final state
+    are kept (the lattice is connected; which states survive depends on the
+    structure, never on weight values: -inf weights are kept). States are
+    numbered in frame order, start first. An utterance with no such path
+    gets a one-state lattice with no arcs and no final state.
+
+    `tot_score(lattice, semiring)` equals `dense_tot_score(graph,
+    emissions, lengths, semiring)`, and both differentiate to the same
+    gradients with respect to `emissions` and the graph's weights.
+
+    Args:
+      graph: an Fsa shared by the batch, or a batched Fsa with B entries;
+        its structure (and labels) must be concrete.
+      emissions: float [B, T, V]; may be traced.
+      lengths: int [B] in [0, T], concrete; T by default.
+    Returns:
+      A batched acyclic Fsa with B entries (padded as by `sj.stack`).
+    Raises:
+      ValueError: as `dense_tot_score`, or for traced lengths or structure.
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> import semiring_jax as sj
+      >>> graph = sj.Fsa.from_arcs([(0, 0, 0, 0.0), (0, 1, 1, 0.0), (1, 1, 1, 0.0)],
+      ...                          final=[1])
+      >>> emissions = jnp.log(jnp.array([[[0.5, 0.5], [0.25, 0.75]]]))
+      >>> lattice = sj.intersect_dense(graph, emissions)
+      >>> lattice.num_states, lattice.num_arcs
+      (4, 3)
+      >>> print(jnp.round(jnp.exp(sj.tot_score(lattice)), 4))
+      [0.75]
+    """
+    emissions = check_emissions(emissions, "intersect_dense")
+    batch, num_frames, num_columns = emissions.shape
+    if lengths is not None:
+        lengths = checks.concrete(lengths, "lengths", "intersect_dense")
+    lengths = np.asarray(check_lengths(lengths, batch, num_frames, "intersect_dense",
+                                       "lengths", "T"))
+    check_graph(graph, batch, num_columns, emissions.dtype, "intersect_dense")
+    lattices = [_one_lattice(_entry(graph, b), emissions[b], int(lengths[b]))
+                for b in range(batch)]
+    return stack(lattices)
+
+
+def _entry(graph: Fsa, b: int) -> Fsa:
+    return graph if not graph.batch_shape else jax.tree_util.tree_map(lambda x: x[b], graph)
+
+
+def _one_lattice(graph: Fsa, emissions: jax.Array, length: int) -> Fsa:
+    fn = "intersect_dense"
+    arc_mask = checks.concrete(graph.arc_mask, "graph.arc_mask", fn).astype(bool)
+    real = np.flatnonzero(arc_mask)
+    src = checks.concrete(graph.src, "graph.src", fn)[real]
+    dst = checks.concrete(graph.dst, "graph.dst", fn)[real]
+    ilabel = checks.concrete(graph.ilabel, "graph.ilabel", fn)[real]
+    olabel = checks.concrete(graph.olabel, "graph.olabel", fn)[real]
+    num_states = int(checks.concrete(graph.schedule.real_sizes, "graph", fn)[0])
+    # Final states are structure; a traced final_weight leaves every state
+    # a candidate (its -inf weights then only cost padding).
+    is_final = (np.asarray(graph.final_weight) > -np.inf if not
+                checks.is_traced(graph.final_weight) else np.ones(graph.num_states, bool))
+    found = lattice.lattice_structure(num_states, src, dst, is_final[:num_states], length)
+    arcs = real[found.arc]
+    placeholder = np.zeros(found.src.shape[0], graph.dtype)
+    structure = build.ArcArrays(
+        found.num_states, found.src, found.dst, ilabel[found.arc].astype(np.int32),
+        olabel[found.arc].astype(np.int32), placeholder,
+        np.full(found.num_states, -np.inf, graph.dtype), graph.is_acceptor)
+    weight = graph.weight[arcs] + emissions[found.frame, np.asarray(graph.ilabel)[arcs]]
+    final_weight = jnp.where(found.final_state >= 0,
+                             graph.final_weight[np.maximum(found.final_state, 0)], -jnp.inf)
+    return assemble(structure).replace(weight=weight, final_weight=final_weight)

@@ -262,3 +262,92 @@ def random_dag(rng, num_states, num_arcs, *, num_final=3):
         arcs.append((i, j, label, label, float(rng.standard_normal())))
     final = {s: float(rng.standard_normal()) for s in finals}
     return n, arcs, final
+
+
+# -- dense intersection and CTC ---------------------------------------------------
+
+
+def _dense_paths(arcs, emissions, length):
+    """Yields ``(end_state, score, labels)`` for every path of exactly ``length``
+    arcs from state 0, each arc adding its weight and ``emissions[t, ilabel]``."""
+    leaving = defaultdict(list)
+    for src, dst, ilabel, _, weight in arcs:
+        leaving[src].append((dst, ilabel, weight))
+    stack = [(0, 0.0, ())]
+    while stack:
+        state, score, labels = stack.pop()
+        t = len(labels)
+        if t == length:
+            yield state, score, labels
+            continue
+        for dst, ilabel, weight in leaving[state]:
+            stack.append((dst, score + weight + float(emissions[t, ilabel]), labels + (ilabel,)))
+
+
+def brute_dense_tot_score(arcs, final, emissions, length, semiring):
+    """⊕ over paths of exactly ``length`` frames ending in a final state."""
+    totals = [score + final[end] for end, score, _ in _dense_paths(arcs, emissions, length)
+              if end in final]
+    return _plus(totals, semiring)
+
+
+def brute_dense_best(arcs, final, emissions, length):
+    """``(labels, score)`` of the best path of exactly ``length`` frames."""
+    best = (None, -math.inf)
+    for end, score, labels in _dense_paths(arcs, emissions, length):
+        if end in final and score + final[end] > best[1]:
+            best = (labels, score + final[end])
+    return best
+
+
+def ctc_collapse(frames, blank=0):
+    """Merge repeated tokens, then drop blanks."""
+    out, previous = [], None
+    for token in frames:
+        if token != previous and token != blank:
+            out.append(int(token))
+        previous = token
+    return tuple(out)
+
+
+def brute_ctc(log_probs, length, labels, blank=0):
+    """``(log p(labels), best alignment score)`` by enumerating every frame
+    token sequence of ``length`` frames (V ** length of them)."""
+    import itertools
+    vocab_size = log_probs.shape[1]
+    total, best = [], -math.inf
+    for frames in itertools.product(range(vocab_size), repeat=length):
+        if ctc_collapse(frames, blank) == tuple(labels):
+            score = float(sum(log_probs[t, token] for t, token in enumerate(frames)))
+            total.append(score)
+            best = max(best, score)
+    return _plus(total, "log"), best
+
+
+def optax_ctc(logits, input_lengths, labels, label_lengths, blank=0):
+    """optax.ctc_loss [B] and its gradient w.r.t. the logits [B, T, V]."""
+    import jax
+    import optax
+    batch, num_frames, _ = logits.shape
+    logit_paddings = (np.arange(num_frames)[None] >= np.asarray(input_lengths)[:, None])
+    label_paddings = (np.arange(labels.shape[1])[None] >= np.asarray(label_lengths)[:, None])
+    def loss(x):
+        return optax.ctc_loss(x, logit_paddings.astype(x.dtype), labels,
+                              label_paddings.astype(x.dtype), blank_id=blank)
+    values, pullback = jax.vjp(loss, logits)
+    return np.asarray(values), np.asarray(pullback(np.ones_like(values))[0])
+
+
+def torch_ctc(logits, input_lengths, labels, label_lengths, blank=0):
+    """torch's CTC loss [B] (reduction='none') on log_softmax(logits), and its
+    gradient w.r.t. the logits [B, T, V]."""
+    import torch
+    x = torch.tensor(np.asarray(logits), requires_grad=True)
+    log_probs = torch.log_softmax(x, dim=-1).transpose(0, 1)  # torch wants [T, B, V]
+    loss = torch.nn.functional.ctc_loss(
+        log_probs, torch.tensor(np.asarray(labels), dtype=torch.long),
+        torch.tensor(np.asarray(input_lengths), dtype=torch.long),
+        torch.tensor(np.asarray(label_lengths), dtype=torch.long), blank=blank,
+        reduction="none")
+    loss.sum().backward()
+    return loss.detach().numpy(), x.grad.numpy()

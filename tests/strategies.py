@@ -58,3 +58,19 @@ def padded(fsa):
     shape = ScheduleShape(levels=6, width=6, in_rows=10, max_in=4, in_parts=4,
                           out_rows=10, max_out=4, out_parts=3)
     return pad_entry(fsa, 6, 12, shape)
+
+
+@st.composite
+def dense_graphs(draw, max_states=4, max_arcs=8, num_columns=3, weights=WEIGHTS):
+    """A graph for dense intersection as `(num_states, arcs, final)`: cycles
+    and self-loops allowed (every arc consumes a frame), labels in
+    [0, num_columns)."""
+    num_states = draw(st.integers(1, max_states))
+    arcs = []
+    for _ in range(draw(st.integers(0, max_arcs))):
+        src, dst = (draw(st.integers(0, num_states - 1)) for _ in range(2))
+        label = draw(st.integers(0, num_columns - 1))
+        arcs.append((src, dst, label, label, draw(weights)))
+    final_states = draw(st.sets(st.integers(0, num_states - 1), max_size=3))
+    final = {s: draw(weights) for s in sorted(final_states)}
+    return num_states, arcs, final

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from semiring_jax._src import checks, dense_recursion
-from semiring_jax._src.dense import best_columns, check_emissions, check_lengths
+from semiring_jax._src.dense import _dtype, best_columns, check_emissions, check_lengths
 from semiring_jax._src.dense_recursion import Slots
 from semiring_jax._src.fsa import Fsa
 from semiring_jax._src.semiring import LOG
@@ -179,7 +179,8 @@ def _one_ctc_graph(row: np.ndarray, blank: int, dtype: Any) -> Fsa:
 def _ctc_tables(labels: jax.Array, label_length: jax.Array, blank: int, dtype: Any):
     """One utterance: (state tokens [S], slot weights [S, 3], final [S])."""
     num_states = 2 * labels.shape[0] + 1
-    states = jnp.arange(num_states)
+    states = jnp.arange(num_states, dtype=jnp.int32)
+    label_length = label_length.astype(jnp.int32)
     token = jnp.full(num_states, blank, jnp.int32).at[1::2].set(labels.astype(jnp.int32))
     before = jnp.concatenate([jnp.full(2, blank, jnp.int32), token[:-2]])
     can_skip = (states % 2 == 1) & (states >= 3) & (token != before)
@@ -227,8 +228,8 @@ def _check_ctc_inputs(log_probs, input_lengths, labels, label_lengths, blank, fn
     if np.ndim(labels) != 2 or np.shape(labels)[0] != batch:
         raise ValueError(f"{fn}: labels must have shape [B, U] with B = {batch}, got "
                          f"{tuple(np.shape(labels))}")
-    if not np.issubdtype(np.result_type(labels), np.integer):
-        raise ValueError(f"{fn}: labels must hold integers, got {np.result_type(labels)}")
+    if not np.issubdtype(_dtype(labels), np.integer):
+        raise ValueError(f"{fn}: labels must hold integers, got {_dtype(labels)}")
     max_labels = np.shape(labels)[1]
     if not 0 <= blank < vocab_size:
         raise ValueError(f"{fn}: blank = {blank} is outside [0, V) = [0, {vocab_size})")

@@ -24,12 +24,17 @@ __all__ = ["dense_tot_score", "viterbi_decode", "check_emissions", "check_length
            "check_graph", "graph_slots"]
 
 
+def _dtype(values: Any) -> np.dtype:
+    """The dtype of an array or of array-like data (lists, scalars)."""
+    return np.dtype(values.dtype) if hasattr(values, "dtype") else np.result_type(values)
+
+
 def check_emissions(emissions: Any, fn: str, name: str = "emissions") -> jax.Array:
     """`emissions` as a float [B, T, V] array; a ValueError otherwise."""
     if np.ndim(emissions) != 3:
         raise ValueError(f"{fn}: {name} must have rank 3, [B, T, V], got shape "
                          f"{tuple(np.shape(emissions))}")
-    dtype = np.result_type(emissions)
+    dtype = _dtype(emissions)
     if not np.issubdtype(dtype, np.floating):
         raise ValueError(f"{fn}: {name} must be float32 or float64, got {dtype}")
     checks.check_float_dtype(dtype, name, fn)
@@ -44,8 +49,8 @@ def check_lengths(lengths: Any, batch: int, limit: int, fn: str, name: str,
     if tuple(np.shape(lengths)) != (batch,):
         raise ValueError(f"{fn}: {name} must have shape [B] = ({batch},), got "
                          f"{tuple(np.shape(lengths))}")
-    if not np.issubdtype(np.result_type(lengths), np.integer):
-        raise ValueError(f"{fn}: {name} must hold integers, got {np.result_type(lengths)}")
+    if not np.issubdtype(_dtype(lengths), np.integer):
+        raise ValueError(f"{fn}: {name} must hold integers, got {_dtype(lengths)}")
     if not checks.is_traced(lengths):
         values = np.asarray(lengths)
         bad = np.flatnonzero((values < 0) | (values > limit))
@@ -78,14 +83,15 @@ def check_graph(graph: Any, batch: int, num_columns: int, dtype: np.dtype, fn: s
                          f"emission columns [0, V) = [0, {num_columns})")
 
 
-def graph_slots(graph: Fsa) -> tuple[Slots, jax.Array, jax.Array]:
-    """(slots, slot_weight [S, K], final_weight [S]) of one unbatched graph."""
+def graph_slots(graph: Fsa, semiring: Semiring) -> tuple[Slots, jax.Array, jax.Array]:
+    """(slots, slot_weight [S, K], final_weight [S]) of one unbatched graph;
+    unused slots weigh the semiring's zero."""
     in_arcs = graph.schedule.state_in_arcs  # [S, K], A where unused
     num_states, num_slots = in_arcs.shape
     no_slot = num_states * num_slots
     src = jnp.append(graph.src, 0)[in_arcs]
     label = jnp.append(graph.ilabel, 0)[in_arcs]
-    weight = jnp.append(graph.weight, -jnp.inf)[in_arcs]
+    weight = jnp.append(graph.weight, semiring.zero)[in_arcs]
     # Where each arc sits among the slots, to list the slots leaving a state.
     slot_of_arc = jnp.full(graph.num_arcs + 1, no_slot, jnp.int32)
     slot_of_arc = slot_of_arc.at[in_arcs.reshape(-1)].set(
@@ -104,7 +110,7 @@ def _over_batch(one_utterance, graph: Fsa, emissions: jax.Array, lengths: jax.Ar
 def _dense_tot_score(graph: Fsa, emissions: jax.Array, lengths: jax.Array,
                      semiring: Semiring) -> jax.Array:
     def one_utterance(graph, emissions, length):
-        slots, slot_weight, final_weight = graph_slots(graph)
+        slots, slot_weight, final_weight = graph_slots(graph, semiring)
         return dense_recursion.total(semiring, slots, slot_weight, final_weight, emissions,
                                      length)
     return _over_batch(one_utterance, graph, emissions, lengths)
@@ -161,7 +167,7 @@ def dense_tot_score(graph: Fsa, emissions: Any, lengths: Optional[Any] = None,
 @jax.jit
 def _viterbi_decode(graph: Fsa, emissions: jax.Array, lengths: jax.Array):
     def one_utterance(graph, emissions, length):
-        slots, slot_weight, final_weight = graph_slots(graph)
+        slots, slot_weight, final_weight = graph_slots(graph, TROPICAL)
         return best_columns(slots, slot_weight, final_weight, emissions, length)
     return _over_batch(one_utterance, graph, emissions, lengths)
 

@@ -96,8 +96,17 @@ def _normalises(semiring: Semiring) -> bool:
     return semiring.sum_grad is not None or semiring.argsum is not None
 
 
-def _start(semiring: Semiring, num_states: int, dtype) -> jax.Array:
-    return jnp.full(num_states, semiring.zero, dtype).at[0].set(semiring.one)
+def _varying_like(reference: jax.Array, values: jax.Array) -> jax.Array:
+    """`values`, typed as varying wherever `reference` varies (inside
+    `jax.shard_map`, a scan's carry must keep one type: a constant initial
+    carry that meets per-device data in the body would change it)."""
+    return values + jax.lax.full_like(reference, 0, values.dtype, shape=values.shape)
+
+
+def _start(semiring: Semiring, num_states: int, dtype, reference: jax.Array) -> jax.Array:
+    """α before the first frame: one at the start state, zero elsewhere."""
+    start = jnp.full(num_states, semiring.zero, dtype).at[0].set(semiring.one)
+    return _varying_like(reference, start)
 
 
 def _forward(semiring: Semiring, slots: Slots, slot_weight: jax.Array,
@@ -123,9 +132,9 @@ def _forward(semiring: Semiring, slots: Slots, slot_weight: jax.Array,
         saved = semiring.argsum(terms, new, axis=1) if with_choice else new_alpha
         return new_alpha, (saved, jnp.where(active, shift, 0).astype(dtype))
 
-    frames = jnp.arange(emissions.shape[0])
+    frames = jnp.arange(emissions.shape[0], dtype=jnp.int32)
     alpha, (saved, shifts) = jax.lax.scan(
-        step, _start(semiring, num_states, dtype), (frames, emissions))
+        step, _start(semiring, num_states, dtype, emissions), (frames, emissions))
     return alpha, saved, shifts
 
 
@@ -198,7 +207,7 @@ def _posterior_grads(semiring, slot_grads, slots, slot_weight, final_weight, emi
     # frame; otherwise the slot posteriors are needed, from α before t.
     by_state = slots.label is None and not slot_grads
     alphas_before = jnp.concatenate(
-        [_start(semiring, num_states, slot_weight.dtype)[None], alphas_after[:-1]])
+        [_start(semiring, num_states, slot_weight.dtype, emissions)[None], alphas_after[:-1]])
     alphas = alphas_after if by_state else alphas_before
 
     def step(carry, inputs):
@@ -220,10 +229,11 @@ def _posterior_grads(semiring, slot_grads, slots, slot_weight, final_weight, emi
         new_beta = jnp.where(active, new_beta - _shift(new_beta), beta)
         return (new_beta, slot_grad), emission_grad
 
-    frames = jnp.arange(emissions.shape[0])
-    beta = final_weight - _shift(final_weight)
+    frames = jnp.arange(emissions.shape[0], dtype=jnp.int32)
+    beta = _varying_like(emissions, final_weight - _shift(final_weight))
+    slot_grad = _varying_like(emissions, jnp.zeros_like(slot_weight))
     (_, slot_grad), emission_grad = jax.lax.scan(
-        step, (beta, jnp.zeros_like(slot_weight)), (frames, emissions, alphas), reverse=True)
+        step, (beta, slot_grad), (frames, emissions, alphas), reverse=True)
     return slot_grad, final_grad, emission_grad
 
 
@@ -259,7 +269,8 @@ def best_frames(semiring: Semiring, slots: Slots, num_slots: int, final_weight: 
         flat = jnp.where(active, state * num_slots + slot, num_states * num_slots)
         return jnp.where(active, previous, state), (flat, jnp.where(active, column, -1))
 
-    frames = jnp.arange(choices.shape[0])
+    frames = jnp.arange(choices.shape[0], dtype=jnp.int32)
+    last = _varying_like(choices, last)
     _, (flat_slots, columns) = jax.lax.scan(step, last, (frames, choices), reverse=True)
     return flat_slots, columns, found, last
 

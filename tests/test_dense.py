@@ -1,0 +1,242 @@
+"""dense_tot_score and viterbi_decode against brute-force path enumeration."""
+
+import math
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from jax.test_util import check_grads
+
+import semiring_jax as sj
+from semiring_jax._src.batch import _widen_arc_tables, _without_schedule, pad_entry
+from tests import oracles
+from tests.strategies import WEIGHTS, as_rows, dense_graphs
+
+SETTINGS = settings(max_examples=40, deadline=None)
+TOL = {"float32": dict(rtol=3e-5, atol=3e-5), "float64": dict(rtol=1e-10, atol=1e-10)}
+SEMIRINGS = {"log": sj.LOG, "tropical": sj.TROPICAL}
+REAL = sj.Semiring(name="real", plus=jnp.add, times=jnp.multiply, sum=jnp.sum,
+                   zero=0.0, one=1.0)
+B, T, V = 2, 4, 3
+
+
+def build(data, dtype):
+    num_states, arcs, final = data
+    return sj.Fsa.from_arcs(as_rows(arcs), final, num_states=num_states, dtype=dtype)
+
+
+def fixed_shape(fsa):
+    """One shape for every draw (4 states, 8 arcs, 8 slots), so that a single
+    compile serves them all; padding must not change any result."""
+    entry = _without_schedule(pad_entry(fsa, 4, 8, None))
+    return _widen_arc_tables(entry, 8, 8)
+
+
+EMISSIONS = st.lists(st.one_of(st.floats(-3, 3, width=32), st.just(-math.inf)),
+                     min_size=B * T * V, max_size=B * T * V)
+
+
+@SETTINGS
+@given(data=dense_graphs(), values=EMISSIONS, lengths=st.lists(st.integers(0, T), min_size=B,
+                                                               max_size=B),
+       name=st.sampled_from(["log", "tropical"]), dtype=st.sampled_from(["float32", "float64"]),
+       jit=st.booleans())
+def test_dense_tot_score_matches_brute_force(data, values, lengths, name, dtype, jit):
+    emissions = np.asarray(values, dtype).reshape(B, T, V)
+    graph = fixed_shape(build(data, dtype))
+    score = lambda g, e, n: sj.dense_tot_score(g, e, n, SEMIRINGS[name])
+    got = (jax.jit(score) if jit else score)(graph, emissions, np.asarray(lengths))
+    _, arcs, final = data
+    want = [oracles.brute_dense_tot_score(arcs, final, emissions[b].astype(np.float64),
+                                          lengths[b], name) for b in range(B)]
+    np.testing.assert_allclose(np.asarray(got), want, **TOL[dtype])
+    assert got.dtype == dtype
+
+
+@SETTINGS
+@given(data=dense_graphs(), values=EMISSIONS, lengths=st.lists(st.integers(0, T), min_size=B,
+                                                               max_size=B),
+       name=st.sampled_from(["log", "tropical"]))
+def test_gradients_are_finite_and_zero_past_lengths(data, values, lengths, name):
+    emissions = np.asarray(values, np.float64).reshape(B, T, V)
+    graph = fixed_shape(build(data, np.float64))
+    lengths = np.asarray(lengths)
+    total = lambda e, w, f: sj.dense_tot_score(graph.replace(weight=w, final_weight=f), e,
+                                               lengths, SEMIRINGS[name]).sum()
+    grads = jax.grad(total, argnums=(0, 1, 2))(emissions, graph.weight, graph.final_weight)
+    chex.assert_tree_all_finite(grads)
+    emission_grad = np.asarray(grads[0])
+    scores = sj.dense_tot_score(graph, emissions, lengths, SEMIRINGS[name])
+    for b in range(B):
+        assert not emission_grad[b, lengths[b]:].any()
+        # One column per frame: posteriors (or the best path) sum to one.
+        want = 1.0 if scores[b] > -np.inf else 0.0
+        np.testing.assert_allclose(emission_grad[b, :lengths[b]].sum(axis=1), want, atol=1e-9)
+
+
+def _reference_total(graph_data, emissions, length):
+    """Plain jnp LOG recursion (no normalisation, no custom rule), for autodiff.
+    -1e30 stands for -inf so that autodiff of logsumexp stays NaN-free."""
+    num_states, arcs, final = graph_data
+    src = np.array([a[0] for a in arcs], int)
+    dst = np.array([a[1] for a in arcs], int)
+    label = np.array([a[2] for a in arcs], int)
+    weight = jnp.array([a[4] for a in arcs])
+    into = dst[None, :] == np.arange(num_states)[:, None]  # [S, A]
+    alpha = jnp.full(num_states, -1e30).at[0].set(0.0)
+    for t in range(length):
+        scores = alpha[src] + weight + emissions[t, label]
+        alpha = jax.nn.logsumexp(jnp.where(into, scores[None], -1e30), axis=1)
+    ends = jnp.array([alpha[s] + w for s, w in final.items()])
+    return jax.nn.logsumexp(ends)
+
+
+def test_log_gradient_matches_autodiff_of_a_plain_recursion():
+    rng = np.random.default_rng(0)
+    data = (3, [(0, 0, 0, 0, 0.1), (0, 1, 1, 1, -0.3), (1, 1, 2, 2, 0.2), (1, 2, 0, 0, 0.5),
+                (2, 0, 1, 1, -0.1), (2, 2, 2, 2, 0.4), (0, 1, 2, 2, 0.0)], {1: 0.0, 2: -0.5})
+    graph = build(data, np.float64)
+    emissions = jnp.asarray(rng.normal(size=(1, 6, 3)))
+    got = jax.grad(lambda e: sj.dense_tot_score(graph, e)[0])(emissions)
+    want = jax.grad(lambda e: _reference_total(data, e[0], 6))(emissions)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    for semiring in (sj.LOG, sj.TROPICAL):
+        check_grads(lambda e, w, f: sj.dense_tot_score(
+            graph.replace(weight=w, final_weight=f), e, None, semiring),
+            (emissions, graph.weight, graph.final_weight), order=1, modes=("rev",))
+
+
+def test_batched_graph_equals_one_by_one(dtype):
+    rng = np.random.default_rng(1)
+    graphs = [build((2, [(0, 0, 0, 0, 0.0), (0, 1, 1, 1, 0.5), (1, 1, 2, 2, 0.0)], {1: 0.0}),
+                    dtype),
+              build((3, [(0, 1, 2, 2, 0.1), (1, 2, 1, 1, 0.0), (2, 0, 0, 0, -1.0),
+                         (1, 1, 0, 0, 0.3)], {2: 0.0, 0: 0.2}), dtype)]
+    emissions = jnp.asarray(rng.normal(size=(2, 5, 3)), dtype)
+    lengths = np.array([5, 3])
+    batch = sj.stack(graphs)
+    for semiring in (sj.LOG, sj.TROPICAL):
+        loss = lambda e, w: sj.dense_tot_score(batch.replace(weight=w), e, lengths,
+                                               semiring).sum()
+        value, (grad_e, grad_w) = jax.value_and_grad(loss, argnums=(0, 1))(emissions,
+                                                                           batch.weight)
+        for b, graph in enumerate(graphs):
+            one = lambda e, w: sj.dense_tot_score(graph.replace(weight=w), e[None],
+                                                  lengths[b:b + 1], semiring)[0]
+            v, (ge, gw) = jax.value_and_grad(one, argnums=(0, 1))(emissions[b], graph.weight)
+            np.testing.assert_allclose(grad_e[b], ge, **TOL[dtype])
+            np.testing.assert_allclose(grad_w[b, :graph.num_arcs], gw, **TOL[dtype])
+
+
+def test_shared_graph_weight_gradient_sums_over_the_batch():
+    graph = build((2, [(0, 0, 0, 0, 0.0), (0, 1, 1, 1, 0.5), (1, 1, 2, 2, 0.0)], {1: 0.0}),
+                  np.float64)
+    emissions = jnp.asarray(np.random.default_rng(2).normal(size=(3, 4, 3)))
+    grad = jax.grad(lambda w: sj.dense_tot_score(graph.replace(weight=w), emissions).sum())(
+        graph.weight)
+    want = sum(jax.grad(lambda w: sj.dense_tot_score(graph.replace(weight=w),
+                                                     emissions[b:b + 1])[0])(graph.weight)
+               for b in range(3))
+    np.testing.assert_allclose(grad, want, rtol=1e-10)
+
+
+def test_no_path_gives_minus_inf_and_zero_gradients():
+    graph = sj.Fsa.from_arcs([(0, 1, 1, 0.0)], final=[1], dtype=np.float64)
+    emissions = jnp.zeros((2, 3, 2))
+    for semiring in (sj.LOG, sj.TROPICAL):
+        scores = sj.dense_tot_score(graph, emissions, np.array([3, 0]), semiring)
+        assert np.all(scores == -np.inf)  # 3 frames: too long; 0 frames: 0 not final
+        grads = jax.grad(lambda e, w: sj.dense_tot_score(graph.replace(weight=w), e,
+                                                         np.array([3, 0]), semiring).sum(),
+                         argnums=(0, 1))(emissions, graph.weight)
+        assert not any(np.asarray(g).any() for g in grads)
+
+
+def test_zero_length_scores_the_start_states_final_weight():
+    graph = sj.Fsa.from_arcs([(0, 0, 0, 0.0)], final={0: -0.25})
+    scores = sj.dense_tot_score(graph, jnp.zeros((1, 3, 1), jnp.float32), np.array([0]))
+    np.testing.assert_allclose(scores, [-0.25])
+
+
+def test_user_semiring_matches_brute_force():
+    data = (2, [(0, 0, 0, 0, 0.5), (0, 1, 1, 1, 0.25), (1, 1, 0, 0, 2.0)], {1: 1.0})
+    emissions = np.random.default_rng(3).random((1, 3, 2))
+    # Real weights: "not final" is 0, not -inf.
+    graph = build(data, np.float64).replace(final_weight=np.array([0.0, 1.0]))
+    got = sj.dense_tot_score(graph, emissions, None, REAL)
+    np.testing.assert_allclose(got, [_real_paths(data, emissions[0])], rtol=1e-12)
+
+
+def _real_paths(data, emissions):
+    """Σ over paths of the product of weights, emissions and final weight."""
+    _, arcs, final = data
+    total = 0.0
+    stack = [(0, 1.0, 0)]
+    while stack:
+        state, product, t = stack.pop()
+        if t == emissions.shape[0]:
+            total += product * final.get(state, 0.0)
+            continue
+        for src, dst, label, _, weight in arcs:
+            if src == state:
+                stack.append((dst, product * weight * emissions[t, label], t + 1))
+    return total
+
+
+def test_vmap_and_jit_of_dense_ops():
+    graph = build((2, [(0, 0, 0, 0, 0.0), (0, 1, 1, 1, 0.5), (1, 1, 1, 1, 0.0)], {1: 0.0}),
+                  np.float64)
+    emissions = jnp.asarray(np.random.default_rng(4).normal(size=(3, 2, 4, 2)))
+    mapped = jax.vmap(lambda e: sj.dense_tot_score(graph, e))(emissions)
+    jitted = jax.jit(lambda e: sj.dense_tot_score(graph, e))
+    for i in range(3):
+        np.testing.assert_allclose(mapped[i], jitted(emissions[i]), rtol=1e-12)
+    labels, scores = jax.vmap(lambda e: sj.viterbi_decode(graph, e))(emissions)
+    chex.assert_shape(labels, (3, 2, 4))
+    np.testing.assert_allclose(
+        scores, jax.vmap(lambda e: sj.dense_tot_score(graph, e, None, sj.TROPICAL))(emissions))
+
+
+@SETTINGS
+@given(data=dense_graphs(weights=st.floats(-3, 3, width=32)),
+       values=st.lists(st.floats(-3, 3, width=32), min_size=B * T * V, max_size=B * T * V),
+       lengths=st.lists(st.integers(0, T), min_size=B, max_size=B))
+def test_viterbi_decode_matches_brute_force(data, values, lengths):
+    emissions = np.asarray(values, np.float64).reshape(B, T, V)
+    graph = fixed_shape(build(data, np.float64))
+    labels, scores = sj.viterbi_decode(graph, emissions, np.asarray(lengths))
+    np.testing.assert_allclose(
+        scores, sj.dense_tot_score(graph, emissions, np.asarray(lengths), sj.TROPICAL))
+    _, arcs, final = data
+    for b in range(B):
+        best_labels, best = oracles.brute_dense_best(arcs, final, emissions[b], lengths[b])
+        np.testing.assert_allclose(scores[b], best, rtol=1e-12)
+        assert np.all(np.asarray(labels[b, lengths[b]:]) == -1)
+        if best > -np.inf:
+            # The labels are those of a best path (ties may pick another one).
+            path_score = max((s + final[e] for e, s, l in oracles._dense_paths(
+                arcs, emissions[b], lengths[b]) if e in final
+                and l == tuple(np.asarray(labels[b, :lengths[b]]).tolist())), default=-np.inf)
+            np.testing.assert_allclose(path_score, best, rtol=1e-12)
+        else:
+            assert np.all(np.asarray(labels[b]) == -1)
+
+
+def test_bad_input_is_named():
+    graph = sj.Fsa.from_arcs([(0, 1, 2, 0.0)], final=[1])
+    emissions = jnp.zeros((2, 3, 3), jnp.float32)
+    with pytest.raises(ValueError, match="rank 3"):
+        sj.dense_tot_score(graph, emissions[0])
+    with pytest.raises(ValueError, match=r"lengths\[1\] = 4"):
+        sj.dense_tot_score(graph, emissions, np.array([1, 4]))
+    with pytest.raises(ValueError, match=r"lengths\[0\] = -1"):
+        sj.viterbi_decode(graph, emissions, np.array([-1, 1]))
+    with pytest.raises(ValueError, match="batch_shape \\(3,\\).*B = 2"):
+        sj.dense_tot_score(sj.stack([graph] * 3), emissions)
+    with pytest.raises(ValueError, match="graph arc 0 has label 2"):
+        sj.dense_tot_score(graph, emissions[:, :, :2])
+    with pytest.raises(ValueError, match="float32 but emissions are float64"):
+        sj.dense_tot_score(graph, emissions.astype(jnp.float64))

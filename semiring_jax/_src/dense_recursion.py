@@ -15,79 +15,26 @@ shifts rather than gathers.
 
 For LOG and TROPICAL (⊗ = +) each frame's scores are shifted so that their
 maximum is 0 and the shifts are summed apart (the scaled forward-backward
-algorithm): scores stay O(1) however long the utterance, so that float32
-posteriors keep ~1e-6 accuracy at T = 5,000 (DESIGN.md, Precision).
+algorithm), so scores stay O(1) however long the utterance.
 
-Gradients: LOG posteriors are formed frame by frame in a reverse scan from
-the saved normalised α and a normalised β, and reduced into [T, V] (or
-[T, S]) and [S, K] as it goes, so no [T, S, K] array is held. TROPICAL
-saves each state's best slot per frame and traces one path back.
+Gradients (a custom VJP): LOG runs in `dense_log.py`, which forms
+posteriors frame by frame in a reverse scan and reduces them into [T, V]
+(or [T, S]) and [S, K] as it goes, so no [T, S, K] array is held. TROPICAL
+saves each state's best slot per frame and traces one path back. Other
+semirings are differentiated by autodiff through the plain scan.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
-
 import jax
 import jax.numpy as jnp
 
-from semiring_jax._src.semiring import Semiring
+from semiring_jax._src import dense_log
+from semiring_jax._src.dense_slots import (Slots, frame_scores, max_or_zero, pull,
+                                           varying_like)
+from semiring_jax._src.semiring import LOG, Semiring
 
 __all__ = ["Slots", "total", "dense_total", "best_frames", "forward_with_choices"]
-
-
-class Slots(NamedTuple):
-    """Integer tables of a graph's incoming slots (see the module docstring).
-
-    Attributes:
-      src: int32 [S, K], the source state of each slot (any state if
-        unused); None for a banded graph (slot k of s comes from s - k).
-      label: int32 [S, K], the emission column of each slot; None when the
-        emissions are given per state, [T, S].
-      leaving: int32 [S, Ko], flat indices into [S * K] of the slots whose
-        source is each state, S * K where unused; None for a banded graph.
-    """
-
-    src: Optional[jax.Array]
-    label: Optional[jax.Array]
-    leaving: Optional[jax.Array]
-
-
-def _shifted(values: jax.Array, offset: int, fill: float) -> jax.Array:
-    """`values` [S] moved by `offset`: out[s] = values[s - offset], else fill."""
-    if offset == 0:
-        return values
-    pad = jnp.full((abs(offset),), fill, values.dtype)
-    if offset > 0:
-        return jnp.concatenate([pad, values[:-offset]])
-    return jnp.concatenate([values[-offset:], pad])
-
-
-def _pull(scores: jax.Array, slots: Slots, num_slots: int, fill: float) -> jax.Array:
-    """[S, K]: the score at each slot's source state."""
-    if slots.src is None:
-        return jnp.stack([_shifted(scores, k, fill) for k in range(num_slots)], axis=1)
-    return scores[slots.src]
-
-
-def _push(slot_scores: jax.Array, slots: Slots, fill: float) -> jax.Array:
-    """[S, Ko]: for each state, the scores of the slots leaving it."""
-    if slots.src is None:
-        return jnp.stack([_shifted(slot_scores[:, k], -k, fill)
-                          for k in range(slot_scores.shape[1])], axis=1)
-    flat = jnp.concatenate([slot_scores.reshape(-1), jnp.full((1,), fill, slot_scores.dtype)])
-    return flat[slots.leaving]
-
-
-def _frame_scores(frame: jax.Array, label: Optional[jax.Array]) -> jax.Array:
-    """This frame's emission per slot, [S, K], or per state, [S, 1]."""
-    return frame[:, None] if label is None else frame[label]
-
-
-def _shift(scores: jax.Array) -> jax.Array:
-    """The max of `scores` [S], or 0 when none is finite."""
-    top = jnp.max(scores, initial=-jnp.inf)
-    return jnp.where(jnp.isfinite(top), top, jnp.zeros_like(top))
 
 
 def _normalises(semiring: Semiring) -> bool:
@@ -96,17 +43,10 @@ def _normalises(semiring: Semiring) -> bool:
     return semiring.sum_grad is not None or semiring.argsum is not None
 
 
-def _varying_like(reference: jax.Array, values: jax.Array) -> jax.Array:
-    """`values`, typed as varying wherever `reference` varies (inside
-    `jax.shard_map`, a scan's carry must keep one type: a constant initial
-    carry that meets per-device data in the body would change it)."""
-    return values + jax.lax.full_like(reference, 0, values.dtype, shape=values.shape)
-
-
 def _start(semiring: Semiring, num_states: int, dtype, reference: jax.Array) -> jax.Array:
     """α before the first frame: one at the start state, zero elsewhere."""
     start = jnp.full(num_states, semiring.zero, dtype).at[0].set(semiring.one)
-    return _varying_like(reference, start)
+    return varying_like(reference, start)
 
 
 def _forward(semiring: Semiring, slots: Slots, slot_weight: jax.Array,
@@ -123,10 +63,10 @@ def _forward(semiring: Semiring, slots: Slots, slot_weight: jax.Array,
     def step(alpha, inputs):
         t, frame = inputs  # frame: [V] or [S]
         terms = semiring.times(
-            semiring.times(_pull(alpha, slots, num_slots, semiring.zero), slot_weight),
-            _frame_scores(frame, slots.label))  # [S, K]
+            semiring.times(pull(alpha, slots, num_slots, semiring.zero), slot_weight),
+            frame_scores(frame, slots.label))  # [S, K]
         new = semiring.sum(terms, axis=1)  # [S]
-        shift = _shift(new) if normalise else jnp.zeros((), dtype)
+        shift = max_or_zero(new) if normalise else jnp.zeros((), dtype)
         active = t < length
         new_alpha = jnp.where(active, new - shift if normalise else new, alpha)
         saved = semiring.argsum(terms, new, axis=1) if with_choice else new_alpha
@@ -142,7 +82,16 @@ def _ends(semiring: Semiring, alpha: jax.Array, final_weight: jax.Array) -> jax.
     return semiring.times(alpha, final_weight)
 
 
+def _is_log(semiring: Semiring) -> bool:
+    # The compensated scan of dense_log.py computes log-sum-exp itself, so
+    # it stands in for LOG's ⊕ only.
+    return semiring.sum is LOG.sum
+
+
 def _plain_total(semiring, slot_grads, slots, slot_weight, final_weight, emissions, length):
+    if _is_log(semiring):
+        alpha, _, shifts = dense_log.forward(slots, slot_weight, emissions, length)
+        return dense_log.total(alpha, final_weight, shifts)
     alpha, _, shifts = _forward(semiring, slots, slot_weight, emissions, length)
     total = semiring.sum(_ends(semiring, alpha, final_weight), axis=0)
     return total + jnp.sum(shifts) if _normalises(semiring) else total
@@ -152,89 +101,34 @@ dense_total = jax.custom_vjp(_plain_total, nondiff_argnums=(0, 1))
 
 
 def _total_fwd(semiring, slot_grads, slots, slot_weight, final_weight, emissions, length):
-    selective = semiring.argsum is not None
-    alpha, saved, shifts = _forward(semiring, slots, slot_weight, emissions, length,
-                                    with_choice=selective)
-    ends = _ends(semiring, alpha, final_weight)
-    total = semiring.sum(ends, axis=0) + jnp.sum(shifts)
+    if _is_log(semiring):
+        alpha, saved, shifts = dense_log.forward(slots, slot_weight, emissions, length)
+        total = dense_log.total(alpha, final_weight, shifts)
+    else:
+        alpha, saved, shifts = _forward(semiring, slots, slot_weight, emissions, length,
+                                        with_choice=True)
+        total = semiring.sum(_ends(semiring, alpha, final_weight), axis=0) + jnp.sum(shifts)
     return total, (slots, slot_weight, final_weight, emissions, length, alpha, saved)
 
 
 def _total_bwd(semiring, slot_grads, residuals, cotangent):
     # | total | gradients                                                    |
-    # | -inf  | exactly 0: every frame's normaliser is -inf, and sum_grad    |
-    # |       | gives 0 there; TROPICAL traces no path                        |
+    # | -inf  | exactly 0: every frame's posteriors are all-zero softmaxes,  |
+    # |       | and TROPICAL traces no path                                   |
     # | +inf  | a +inf weight or emission: NaN (LOG) or a path through it;   |
     # |       | the +inf total stays visible either way                       |
     slots, slot_weight, final_weight, emissions, length, alpha, saved = residuals
-    if semiring.argsum is not None:
+    if _is_log(semiring):
+        grads = dense_log.posterior_grads(slot_grads, slots, slot_weight, final_weight,
+                                          emissions, length, alpha, saved)
+    else:
         grads = _best_path_grads(semiring, slots, slot_weight, final_weight, emissions,
                                  length, alpha, saved)
-    else:
-        grads = _posterior_grads(semiring, slot_grads, slots, slot_weight, final_weight,
-                                 emissions, length, alpha, saved)
     slot_grad, final_grad, emission_grad = (g * cotangent for g in grads)
     return None, slot_grad, final_grad, emission_grad, None
 
 
 dense_total.defvjp(_total_fwd, _total_bwd)
-
-
-def _scatter_columns(label: Optional[jax.Array], mass: jax.Array,
-                     num_columns: int) -> jax.Array:
-    """Sums `mass` [S, K] into [V] by emission column `label` [S, K], or
-    into [S] when the emissions are per state (label None)."""
-    if label is None:
-        return jnp.sum(mass, axis=1)
-    return jnp.zeros(num_columns, mass.dtype).at[label.reshape(-1)].add(mass.reshape(-1))
-
-
-def _posterior_grads(semiring, slot_grads, slots, slot_weight, final_weight, emissions,
-                     length, alpha_end, alphas_after):
-    """LOG: per-frame posteriors, from normalised α and β.
-
-    Each frame's posteriors sum to one, so they are normalised by that
-    frame's own total rather than formed as exp(α + β - Z) from large
-    unnormalised scores.
-    """
-    num_states, num_slots = slot_weight.shape
-    num_columns = emissions.shape[1]
-    zero = semiring.zero
-    ends = _ends(semiring, alpha_end, final_weight)
-    final_grad = semiring.sum_grad(ends, semiring.sum(ends, axis=0), axis=0)
-    # Per-state emissions and no slot gradient: the state occupancies
-    # softmax(α after t + β after t) are the emission gradient, [S] per
-    # frame; otherwise the slot posteriors are needed, from α before t.
-    by_state = slots.label is None and not slot_grads
-    alphas_before = jnp.concatenate(
-        [_start(semiring, num_states, slot_weight.dtype, emissions)[None], alphas_after[:-1]])
-    alphas = alphas_after if by_state else alphas_before
-
-    def step(carry, inputs):
-        beta, slot_grad = carry  # β after frame t (normalised), [S, K] so far
-        t, frame, alpha = inputs
-        active = t < length
-        to_dst = slot_weight + _frame_scores(frame, slots.label) + beta[:, None]  # [S, K]
-        if by_state:
-            terms = alpha + beta
-            posterior = semiring.sum_grad(terms, semiring.sum(terms, axis=0), axis=0)
-            emission_grad = jnp.where(active, posterior, 0)
-        else:
-            terms = (_pull(alpha, slots, num_slots, zero) + to_dst).reshape(-1)
-            posterior = semiring.sum_grad(terms, semiring.sum(terms, axis=0), axis=0)
-            posterior = jnp.where(active, posterior, 0).reshape(num_states, num_slots)
-            slot_grad = slot_grad + posterior
-            emission_grad = _scatter_columns(slots.label, posterior, num_columns)
-        new_beta = semiring.sum(_push(to_dst, slots, zero), axis=1)
-        new_beta = jnp.where(active, new_beta - _shift(new_beta), beta)
-        return (new_beta, slot_grad), emission_grad
-
-    frames = jnp.arange(emissions.shape[0], dtype=jnp.int32)
-    beta = _varying_like(emissions, final_weight - _shift(final_weight))
-    slot_grad = _varying_like(emissions, jnp.zeros_like(slot_weight))
-    (_, slot_grad), emission_grad = jax.lax.scan(
-        step, (beta, slot_grad), (frames, emissions, alphas), reverse=True)
-    return slot_grad, final_grad, emission_grad
 
 
 def best_frames(semiring: Semiring, slots: Slots, num_slots: int, final_weight: jax.Array,
@@ -270,7 +164,7 @@ def best_frames(semiring: Semiring, slots: Slots, num_slots: int, final_weight: 
         return jnp.where(active, previous, state), (flat, jnp.where(active, column, -1))
 
     frames = jnp.arange(choices.shape[0], dtype=jnp.int32)
-    last = _varying_like(choices, last)
+    last = varying_like(choices, last)
     _, (flat_slots, columns) = jax.lax.scan(step, last, (frames, choices), reverse=True)
     return flat_slots, columns, found, last
 
@@ -318,5 +212,15 @@ def total(semiring: Semiring, slots: Slots, slot_weight: jax.Array, final_weight
     Returns:
       float []; -inf where no path ends in a final state after `length` frames.
     """
-    core = dense_total if _normalises(semiring) else _plain_total
-    return core(semiring, slot_grads, slots, slot_weight, final_weight, emissions, length)
+    if not (_is_log(semiring) or semiring.argsum is not None):
+        return _plain_total(semiring, slot_grads, slots, slot_weight, final_weight, emissions,
+                            length)
+    # Every path takes one emission per frame, so shifting a frame's scores
+    # by a constant shifts every path alike. With each frame's best score at
+    # 0 the numbers added in the scan are small, and so are their rounding
+    # errors (this halves the float32 gradient error at T = 5,000).
+    frame_shift = jax.lax.stop_gradient(jax.vmap(max_or_zero)(emissions))  # [T]
+    core = dense_total(semiring, slot_grads, slots, slot_weight, final_weight,
+                       emissions - frame_shift[:, None], length)
+    used = jnp.arange(emissions.shape[0], dtype=jnp.int32) < length
+    return core + jnp.sum(jnp.where(used, frame_shift, jnp.zeros_like(frame_shift)))

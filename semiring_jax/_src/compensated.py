@@ -12,10 +12,13 @@ numbers. It costs a few extra adds per slot.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
-__all__ = ["two_sum", "add", "log_sum_shifted", "log_sum", "softmax"]
+__all__ = ["two_sum", "add", "log_sum_pair", "log_sum_columns", "log_sum", "exp_difference",
+           "softmax"]
 
 
 def two_sum(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -33,32 +36,53 @@ def add(hi: jax.Array, lo: jax.Array, value: jax.Array) -> tuple[jax.Array, jax.
     return total, lo + error
 
 
+_UNROLLED = 8
+
+
+def _safe(top: jax.Array) -> jax.Array:
+    return jax.lax.stop_gradient(jnp.where(jnp.isfinite(top), top, jnp.zeros_like(top)))
+
+
 def _log_sum_terms(hi: jax.Array, lo: jax.Array, axis: int):
     """(top [..], log Σ exp(x - top) [..]) of x = hi + lo along `axis`; top
     is the max of hi (0 where it is -inf) and the log is -inf for an empty
     or all -inf slice."""
-    top = jnp.max(hi, axis=axis, initial=-jnp.inf)
-    safe_top = jax.lax.stop_gradient(jnp.where(jnp.isfinite(top), top, jnp.zeros_like(top)))
     # hi - top is exact (Sterbenz) for the terms that matter, those within
     # a factor of two of the top; the others are tiny after exp.
-    exps = jnp.exp((hi - jnp.expand_dims(safe_top, axis)) + lo)
-    total = jnp.sum(exps, axis=axis)
+    if hi.shape[axis] <= _UNROLLED:
+        # A short axis (a state's few slots) is reduced by elementwise ops
+        # on its columns: XLA then fuses the step into one loop, where a
+        # reduction would start a new kernel.
+        his = [jnp.take(hi, i, axis=axis) for i in range(hi.shape[axis])]
+        los = [jnp.take(lo, i, axis=axis) for i in range(lo.shape[axis])]
+        top = functools.reduce(jnp.maximum, his, jnp.full_like(his[0], -jnp.inf))
+        safe_top = _safe(top)
+        total = functools.reduce(jnp.add, [jnp.exp((h - safe_top) + l) for h, l in zip(his, los)])
+    else:
+        top = jnp.max(hi, axis=axis, initial=-jnp.inf)
+        safe_top = _safe(top)
+        total = jnp.sum(jnp.exp((hi - jnp.expand_dims(safe_top, axis)) + lo), axis=axis)
     nonempty = total > 0
     log_total = jnp.where(nonempty, jnp.log(jnp.where(nonempty, total, 1)), -jnp.inf)
     return top, safe_top, log_total
 
 
-def log_sum_shifted(hi: jax.Array, lo: jax.Array, axis: int
-                    ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """log Σ exp(hi + lo) along `axis`, minus a shift that keeps the
-    results O(1): (new_hi, new_lo, shift), shift = the largest top over
-    the remaining axis (a scalar for [S, K] input; 0 if none is finite)."""
-    top, safe_top, log_total = _log_sum_terms(hi, lo, axis)
-    shift = jnp.max(top, initial=-jnp.inf)
-    shift = jnp.where(jnp.isfinite(shift), shift, jnp.zeros_like(shift))
-    new_hi, new_lo = two_sum(safe_top, -shift)
-    new_hi, new_lo = add(new_hi, new_lo, log_total)
-    return new_hi, new_lo, shift
+def log_sum_pair(hi: jax.Array, lo: jax.Array, axis: int) -> tuple[jax.Array, jax.Array]:
+    """log Σ exp(hi + lo) along `axis`, as a (hi, lo) pair (-inf, 0 for an
+    empty or all -inf slice)."""
+    _, safe_top, log_total = _log_sum_terms(hi, lo, axis)
+    return two_sum(safe_top, log_total)
+
+
+def log_sum_columns(his: list[jax.Array], los: list[jax.Array]
+                    ) -> tuple[jax.Array, jax.Array]:
+    """log Σ_k exp(his[k] + los[k]), elementwise over columns, as a pair."""
+    top = functools.reduce(jnp.maximum, his, jnp.full_like(his[0], -jnp.inf))
+    safe_top = _safe(top)
+    total = functools.reduce(jnp.add, [jnp.exp((h - safe_top) + l) for h, l in zip(his, los)])
+    nonempty = total > 0
+    log_total = jnp.where(nonempty, jnp.log(jnp.where(nonempty, total, 1)), -jnp.inf)
+    return two_sum(safe_top, log_total)
 
 
 def log_sum(hi: jax.Array, lo: jax.Array, axis: int) -> jax.Array:
@@ -67,11 +91,21 @@ def log_sum(hi: jax.Array, lo: jax.Array, axis: int) -> jax.Array:
     return safe_top + log_total
 
 
+def exp_difference(hi: jax.Array, lo: jax.Array, total_hi: jax.Array,
+                   total_lo: jax.Array) -> jax.Array:
+    """exp((hi + lo) - (total_hi + total_lo)), accurate when the two are
+    large and close (a posterior exp(α + β - Z)); 0 where the total is
+    -inf."""
+    found = jnp.isfinite(total_hi)
+    safe_hi = jnp.where(found, total_hi, jnp.zeros_like(total_hi))
+    difference = (hi - safe_hi) + (lo - total_lo)
+    return jnp.where(found, jnp.exp(difference), jnp.zeros_like(difference))
+
+
 def softmax(hi: jax.Array, lo: jax.Array) -> jax.Array:
     """exp(x) / Σ exp(x) over all entries of x = hi + lo; all zeros when
     every entry is -inf."""
-    top = jnp.max(hi, initial=-jnp.inf)
-    safe_top = jax.lax.stop_gradient(jnp.where(jnp.isfinite(top), top, jnp.zeros_like(top)))
+    safe_top = _safe(jnp.max(hi, initial=-jnp.inf))
     exps = jnp.exp((hi - safe_top) + lo)
     total = jnp.sum(exps)
     return jnp.where(total > 0, exps / jnp.where(total > 0, total, 1), jnp.zeros_like(exps))

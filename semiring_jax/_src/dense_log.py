@@ -1,10 +1,14 @@
 """The LOG dense scan: forward scores and per-frame posteriors, compensated.
 
-Scores are normalised per frame (their per-frame shifts summed apart) and
-carried as (hi, lo) pairs (`compensated.py`), so that float32 posteriors
-stay accurate to ~1e-5 at T = 5,000 frames (API.md, Precision). The
-posteriors of a frame are normalised by that frame's own total (they sum to
-one over the frame) rather than formed as exp(α + β - Z) from large scores.
+Scores are carried as (hi, lo) pairs (`compensated.py`): hi is a float,
+lo the exact rounding residue of every large addition, so the pair holds a
+score to ~1e-7 absolute however large it grows (-17,000 after 5,000 frames,
+where a float32's spacing is 0.002). That is what keeps float32 posteriors
+accurate at T = 5,000 frames (API.md, Precision), and it does so without
+normalising each frame: a posterior is exp(α + β - Z) formed from pairs,
+elementwise, with no per-frame reduction over states. Every step is then
+elementwise work over [S] (and a few slots), which XLA fuses into few
+kernels.
 """
 
 from __future__ import annotations
@@ -13,10 +17,10 @@ import jax
 import jax.numpy as jnp
 
 from semiring_jax._src import compensated
-from semiring_jax._src.dense_slots import (Slots, frame_scores, max_or_zero, pull, push,
-                                           varying_like)
+from semiring_jax._src.dense_slots import (Slots, frame_columns, frame_scores, pull_columns,
+                                           push_columns, push_destinations, varying_like)
 
-__all__ = ["forward", "total", "posterior_grads"]
+__all__ = ["forward", "total_pair", "posterior_grads"]
 
 _ZERO = -jnp.inf
 
@@ -26,39 +30,43 @@ def _start(num_states: int, dtype, reference: jax.Array) -> tuple[jax.Array, jax
     return varying_like(reference, hi), varying_like(reference, jnp.zeros(num_states, dtype))
 
 
-def _to_dst(slots: Slots, slot_weight: jax.Array, frame: jax.Array, hi: jax.Array,
-            lo: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """slot weight + emission + (hi, lo) [S, K] as a pair."""
-    hi, lo = compensated.add(hi, lo, slot_weight)
-    return compensated.add(hi, lo, frame_scores(frame, slots.label))
+def _to_dst(slots: Slots, slot_weight: jax.Array, frame: jax.Array, his: list, los: list
+            ) -> tuple[list, list]:
+    """slot weight + emission + (hi, lo), per slot column [S], as pairs.
+
+    The weight and the emission are O(1) numbers: their plain float sum is
+    as exact as the inputs themselves; only adding it to the (large) score
+    needs compensating."""
+    emissions = frame_columns(frame, slots.label, slot_weight.shape[1])
+    pairs = [compensated.add(hi, lo, slot_weight[:, k] + emissions[k])
+             for k, (hi, lo) in enumerate(zip(his, los))]
+    return [hi for hi, _ in pairs], [lo for _, lo in pairs]
 
 
 def forward(slots: Slots, slot_weight: jax.Array, emissions: jax.Array, length: jax.Array):
-    """((α_hi, α_lo) after `length` frames, saved (hi, lo) [T, S] after each
-    frame, per-frame shifts [T])."""
+    """((α_hi, α_lo) [S] after `length` frames, (hi, lo) [T, S] after each
+    frame)."""
     num_states, num_slots = slot_weight.shape
 
     def step(carry, inputs):
         hi, lo = carry
         t, frame = inputs
-        from_hi = pull(hi, slots, num_slots, _ZERO)
-        from_lo = pull(lo, slots, num_slots, 0.0)
-        new_hi, new_lo, shift = compensated.log_sum_shifted(
-            *_to_dst(slots, slot_weight, frame, from_hi, from_lo), axis=1)
+        terms = _to_dst(slots, slot_weight, frame, pull_columns(hi, slots, num_slots, _ZERO),
+                        pull_columns(lo, slots, num_slots, 0.0))
+        new_hi, new_lo = compensated.log_sum_columns(*terms)
         active = t < length
         hi, lo = jnp.where(active, new_hi, hi), jnp.where(active, new_lo, lo)
-        return (hi, lo), (hi, lo, jnp.where(active, shift, jnp.zeros_like(shift)))
+        return (hi, lo), (hi, lo)
 
     frames = jnp.arange(emissions.shape[0], dtype=jnp.int32)
-    alpha, (saved_hi, saved_lo, shifts) = jax.lax.scan(
-        step, _start(num_states, slot_weight.dtype, emissions), (frames, emissions))
-    return alpha, (saved_hi, saved_lo), shifts
+    return jax.lax.scan(step, _start(num_states, slot_weight.dtype, emissions),
+                        (frames, emissions))
 
 
-def total(alpha: tuple[jax.Array, jax.Array], final_weight: jax.Array,
-          shifts: jax.Array) -> jax.Array:
-    ends = compensated.add(*alpha, final_weight)
-    return compensated.log_sum(*ends, axis=0) + jnp.sum(shifts)
+def total_pair(alpha: tuple[jax.Array, jax.Array],
+               final_weight: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Z = log Σ_s exp(α[s] + final_weight[s]), as a pair."""
+    return compensated.log_sum_pair(*compensated.add(*alpha, final_weight), axis=0)
 
 
 def posterior_grads(slot_grads: bool, slots: Slots, slot_weight: jax.Array,
@@ -66,13 +74,15 @@ def posterior_grads(slot_grads: bool, slots: Slots, slot_weight: jax.Array,
                     alpha_end, saved):
     """(slot [S, K], final [S], emission [T, V] or [T, S]) gradients of the
     total: expected uses of each slot, stopping posteriors, and per-frame
-    column (or state) posteriors."""
+    column (or state) posteriors; all exactly 0 when the total is -inf."""
     num_states, num_slots = slot_weight.shape
     num_columns = emissions.shape[1]
-    final_grad = compensated.softmax(*compensated.add(*alpha_end, final_weight))
+    z_hi, z_lo = total_pair(alpha_end, final_weight)
+    final_grad = compensated.exp_difference(*compensated.add(*alpha_end, final_weight),
+                                            z_hi, z_lo)
     saved_hi, saved_lo = saved
     # Per-state emissions and no slot gradient: the state occupancies
-    # softmax(α after t + β after t) are the emission gradient, [S] per
+    # exp(α after t + β after t - Z) are the emission gradient, [S] per
     # frame; otherwise the slot posteriors are needed, from α before t.
     by_state = slots.label is None and not slot_grads
     if not by_state:
@@ -84,30 +94,39 @@ def posterior_grads(slot_grads: bool, slots: Slots, slot_weight: jax.Array,
         beta_hi, beta_lo, slot_grad = carry  # β after frame t; [S, K] so far
         t, frame, alpha_hi, alpha_lo = inputs
         active = t < length
-        to_hi, to_lo = _to_dst(slots, slot_weight, frame, beta_hi[:, None], beta_lo[:, None])
+        added = slot_weight + frame_scores(frame, slots.label)  # [S, K]
         if by_state:
-            terms_hi, terms_lo = compensated.add(alpha_hi, alpha_lo, beta_hi)
-            posterior = compensated.softmax(terms_hi, terms_lo + beta_lo)
+            path_hi, path_lo = compensated.add(alpha_hi, alpha_lo + beta_lo, beta_hi)
+            posterior = compensated.exp_difference(path_hi, path_lo, z_hi, z_lo)
             emission_grad = jnp.where(active, posterior, jnp.zeros_like(posterior))
         else:
-            terms_hi, terms_lo = compensated.add(pull(alpha_hi, slots, num_slots, _ZERO),
-                                                 pull(alpha_lo, slots, num_slots, 0.0), to_hi)
-            posterior = compensated.softmax(terms_hi, terms_lo + to_lo)
+            to_hi, to_lo = compensated.add(beta_hi[:, None], beta_lo[:, None], added)
+            from_hi = jnp.stack(pull_columns(alpha_hi, slots, num_slots, _ZERO), axis=1)
+            from_lo = jnp.stack(pull_columns(alpha_lo, slots, num_slots, 0.0), axis=1)
+            posterior = compensated.exp_difference(
+                *compensated.add(from_hi, from_lo + to_lo, to_hi), z_hi, z_lo)
             posterior = jnp.where(active, posterior, jnp.zeros_like(posterior))
             slot_grad = slot_grad + posterior
             emission_grad = _columns(slots.label, posterior, num_columns)
-        new_hi, new_lo, _ = compensated.log_sum_shifted(
-            push(to_hi, slots, _ZERO), push(to_lo, slots, 0.0), axis=1)
+        leaving = [compensated.add(hi, lo, value) for hi, lo, value in zip(
+            push_destinations(beta_hi, slots, num_slots, _ZERO),
+            push_destinations(beta_lo, slots, num_slots, 0.0),
+            push_columns(added, slots, _ZERO))]
+        new_hi, new_lo = compensated.log_sum_columns([hi for hi, _ in leaving],
+                                                     [lo for _, lo in leaving])
         beta_hi = jnp.where(active, new_hi, beta_hi)
         beta_lo = jnp.where(active, new_lo, beta_lo)
         return (beta_hi, beta_lo, slot_grad), emission_grad
 
     frames = jnp.arange(emissions.shape[0], dtype=jnp.int32)
-    beta_hi, beta_lo = compensated.two_sum(final_weight, -max_or_zero(final_weight))
-    init = (varying_like(emissions, beta_hi), varying_like(emissions, beta_lo),
-            varying_like(emissions, jnp.zeros_like(slot_weight)))
+    init = (varying_like(emissions, final_weight),
+            varying_like(emissions, jnp.zeros_like(final_weight)),
+            varying_like(emissions, jnp.zeros_like(slot_weight) if not by_state
+                         else jnp.zeros((), slot_weight.dtype)))
     (_, _, slot_grad), emission_grad = jax.lax.scan(
         step, init, (frames, emissions, saved_hi, saved_lo), reverse=True)
+    if by_state:
+        slot_grad = jnp.zeros_like(slot_weight)
     return slot_grad, final_grad, emission_grad
 
 

@@ -90,8 +90,8 @@ def _is_log(semiring: Semiring) -> bool:
 
 def _plain_total(semiring, slot_grads, slots, slot_weight, final_weight, emissions, length):
     if _is_log(semiring):
-        alpha, _, shifts = dense_log.forward(slots, slot_weight, emissions, length)
-        return dense_log.total(alpha, final_weight, shifts)
+        alpha, _ = dense_log.forward(slots, slot_weight, emissions, length)
+        return sum(dense_log.total_pair(alpha, final_weight))
     alpha, _, shifts = _forward(semiring, slots, slot_weight, emissions, length)
     total = semiring.sum(_ends(semiring, alpha, final_weight), axis=0)
     return total + jnp.sum(shifts) if _normalises(semiring) else total
@@ -102,8 +102,8 @@ dense_total = jax.custom_vjp(_plain_total, nondiff_argnums=(0, 1))
 
 def _total_fwd(semiring, slot_grads, slots, slot_weight, final_weight, emissions, length):
     if _is_log(semiring):
-        alpha, saved, shifts = dense_log.forward(slots, slot_weight, emissions, length)
-        total = dense_log.total(alpha, final_weight, shifts)
+        alpha, saved = dense_log.forward(slots, slot_weight, emissions, length)
+        total = sum(dense_log.total_pair(alpha, final_weight))
     else:
         alpha, saved, shifts = _forward(semiring, slots, slot_weight, emissions, length,
                                         with_choice=True)
@@ -113,8 +113,8 @@ def _total_fwd(semiring, slot_grads, slots, slot_weight, final_weight, emissions
 
 def _total_bwd(semiring, slot_grads, residuals, cotangent):
     # | total | gradients                                                    |
-    # | -inf  | exactly 0: every frame's posteriors are all-zero softmaxes,  |
-    # |       | and TROPICAL traces no path                                   |
+    # | -inf  | exactly 0: LOG posteriors exp(α + β - Z) are 0 where Z is   |
+    # |       | -inf, and TROPICAL traces no path                             |
     # | +inf  | a +inf weight or emission: NaN (LOG) or a path through it;   |
     # |       | the +inf total stays visible either way                       |
     slots, slot_weight, final_weight, emissions, length, alpha, saved = residuals

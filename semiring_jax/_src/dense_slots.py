@@ -13,7 +13,9 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-__all__ = ["Slots", "pull", "push", "frame_scores", "max_or_zero", "varying_like"]
+__all__ = ["Slots", "pull", "push", "pull_columns", "push_columns", "push_destinations",
+           "frame_columns",
+           "frame_scores", "max_or_zero", "varying_like"]
 
 
 class Slots(NamedTuple):
@@ -57,6 +59,48 @@ def push(slot_scores: jax.Array, slots: Slots, fill: float) -> jax.Array:
                           for k in range(slot_scores.shape[1])], axis=1)
     flat = jnp.concatenate([slot_scores.reshape(-1), jnp.full((1,), fill, slot_scores.dtype)])
     return flat[slots.leaving]
+
+
+def pull_columns(scores: jax.Array, slots: Slots, num_slots: int,
+                 fill: float) -> list[jax.Array]:
+    """`pull` as K columns [S]: elementwise work on columns fuses into one
+    kernel per step, where [S, K] arrays and reductions over K do not."""
+    if slots.src is None:
+        return [_shifted(scores, k, fill) for k in range(num_slots)]
+    gathered = scores[slots.src]
+    return [gathered[:, k] for k in range(num_slots)]
+
+
+def push_columns(slot_values: jax.Array, slots: Slots, fill: float) -> list[jax.Array]:
+    """`push` of slot values [S, K], as Ko columns [S]."""
+    if slots.src is None:
+        return [_shifted(slot_values[:, k], -k, fill) for k in range(slot_values.shape[1])]
+    leaving = push(slot_values, slots, fill)
+    return [leaving[:, k] for k in range(leaving.shape[1])]
+
+
+def push_destinations(scores: jax.Array, slots: Slots, num_slots: int,
+                      fill: float) -> list[jax.Array]:
+    """For each state and each slot leaving it, the score [S] at the slot's
+    own state (its destination), as Ko columns. Shifting or gathering the
+    [S] scores themselves, not an expression of them, keeps XLA from
+    recomputing that expression once per column."""
+    if slots.src is None:
+        return [_shifted(scores, -k, fill) for k in range(num_slots)]
+    num_states = scores.shape[0]
+    destination = jnp.where(slots.leaving < num_states * num_slots,
+                            slots.leaving // num_slots, num_states)
+    gathered = jnp.append(scores, jnp.full((1,), fill, scores.dtype))[destination]
+    return [gathered[:, k] for k in range(gathered.shape[1])]
+
+
+def frame_columns(frame: jax.Array, label: Optional[jax.Array],
+                  num_slots: int) -> list[jax.Array]:
+    """This frame's emission per slot, as K columns [S]."""
+    if label is None:
+        return [frame] * num_slots
+    gathered = frame[label]
+    return [gathered[:, k] for k in range(num_slots)]
 
 
 def frame_scores(frame: jax.Array, label: Optional[jax.Array]) -> jax.Array:

@@ -220,6 +220,12 @@ def total(semiring: Semiring, slots: Slots, slot_weight: jax.Array, final_weight
     # 0 the numbers added in the scan are small, and so are their rounding
     # errors (this halves the float32 gradient error at T = 5,000).
     frame_shift = jax.lax.stop_gradient(jax.vmap(max_or_zero)(emissions))  # [T]
+    # Inside jax.shard_map a graph shared by the batch is replicated while
+    # the emissions vary per device; a custom VJP must return cotangents of
+    # its inputs' own type, so the weights enter it as varying values (and
+    # autodiff of that conversion sums their gradients over devices).
+    slot_weight = varying_like(emissions, slot_weight)
+    final_weight = varying_like(emissions, final_weight)
     core = dense_total(semiring, slot_grads, slots, slot_weight, final_weight,
                        emissions - frame_shift[:, None], length)
     used = jnp.arange(emissions.shape[0], dtype=jnp.int32) < length

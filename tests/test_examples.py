@@ -1,0 +1,61 @@
+"""The examples run, and the CTC training example learns.
+
+The training example runs as a script in a subprocess, as a user would run
+it: the suite's x64 and strict dtype promotion (conftest.py) are not what
+it is written for (optax's adam mixes Python floats with int32 counts), and
+`--shard` needs the device count fixed before jax is imported.
+"""
+
+import importlib.util
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+
+
+def _run_script(name: str, *args: str, env: dict = None) -> str:
+    """The script's stdout; fails the test, showing all output, on a non-zero exit."""
+    run = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py"), *args],
+                         env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                         timeout=300)
+    if run.returncode != 0:
+        pytest.fail(f"{name}.py {' '.join(args)} exited with {run.returncode}:\n"
+                    f"{run.stdout}\n{run.stderr}")
+    return run.stdout
+
+
+def _losses(stdout: str) -> tuple[float, float]:
+    """(first, last) from the summary line `loss 6.146 -> 0.064 in 300 steps, ...`."""
+    match = re.search(r"^loss (\S+) -> (\S+) in", stdout, re.MULTILINE)
+    assert match, f"no loss summary in the output:\n{stdout}"
+    return float(match[1]), float(match[2])
+
+
+def test_quickstart_runs(capsys):
+    spec = importlib.util.spec_from_file_location("quickstart", EXAMPLES / "quickstart.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main()
+    assert "equals -posteriors    : True" in capsys.readouterr().out
+
+
+def test_ctc_training_sharded_over_4_devices():
+    stdout = _run_script("ctc_training", "--shard", "--steps", "40", "--batch-size", "16",
+                         env={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+    assert "over 4 devices" in stdout, stdout
+    first, last = _losses(stdout)
+    assert last < 0.9 * first, (first, last)
+
+
+def test_ctc_training_learns_to_decode():
+    # The whole default run (~15 s): the loss falls and greedy decodes match.
+    stdout = _run_script("ctc_training")
+    first, last = _losses(stdout)
+    assert last < 0.1 * first, (first, last)
+    accuracy = re.findall(r"exact matches on 200 fresh sequences: (\d+)%", stdout)[-1]
+    assert int(accuracy) >= 70, stdout

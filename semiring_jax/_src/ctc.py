@@ -279,7 +279,7 @@ def ctc_loss(log_probs: Any, input_lengths: Any, labels: Any, label_lengths: Any
     Examples:
       >>> import jax.numpy as jnp
       >>> import semiring_jax as sj
-      >>> log_probs = jnp.log(jnp.full((1, 2, 3), 1 / 3))
+      >>> log_probs = jnp.log(jnp.full((1, 2, 3), 1 / 3, jnp.float32))
       >>> loss = sj.ctc_loss(log_probs, jnp.array([2]), jnp.array([[1]]), jnp.array([1]))
       >>> print(jnp.round(jnp.exp(-loss), 4))  # "1 1", "_ 1" or "1 _" of 9
       [0.3333]
@@ -320,10 +320,10 @@ def forced_align(log_probs: Any, input_lengths: Any, labels: Any, label_lengths:
       >>> import jax.numpy as jnp
       >>> import semiring_jax as sj
       >>> log_probs = jnp.log(jnp.array([[[0.1, 0.8, 0.1], [0.7, 0.2, 0.1],
-      ...                                 [0.1, 0.1, 0.8]]]))
+      ...                                 [0.1, 0.1, 0.8]]], jnp.float32))
       >>> frames, scores = sj.forced_align(log_probs, jnp.array([3]), jnp.array([[1, 2]]),
       ...                                  jnp.array([2]))
-      >>> print(frames, jnp.round(jnp.exp(scores), 4))
+      >>> print(frames, jnp.round(jnp.exp(scores), 3))
       [[1 0 2]] [0.448]
     """
     args = _check_ctc_inputs(log_probs, input_lengths, labels, label_lengths, blank,

@@ -153,7 +153,7 @@ def dense_tot_score(graph: Fsa, emissions: Any, lengths: Optional[Any] = None,
       >>> import semiring_jax as sj
       >>> graph = sj.Fsa.from_arcs([(0, 0, 0, 0.0), (0, 1, 1, 0.0), (1, 1, 1, 0.0)],
       ...                          final=[1])
-      >>> emissions = jnp.log(jnp.array([[[0.5, 0.5], [0.25, 0.75]]]))
+      >>> emissions = jnp.log(jnp.array([[[0.5, 0.5], [0.25, 0.75]]], jnp.float32))
       >>> print(jnp.round(jnp.exp(sj.dense_tot_score(graph, emissions)), 4))
       [0.75]
     """
@@ -210,7 +210,7 @@ def viterbi_decode(graph: Fsa, emissions: Any,
       >>> import semiring_jax as sj
       >>> graph = sj.Fsa.from_arcs([(0, 0, 0, 0.0), (0, 1, 1, 0.0), (1, 1, 1, 0.0)],
       ...                          final=[1])
-      >>> emissions = jnp.log(jnp.array([[[0.6, 0.4], [0.25, 0.75], [0.1, 0.9]]]))
+      >>> emissions = jnp.log(jnp.array([[[0.6, 0.4], [0.25, 0.75], [0.1, 0.9]]], jnp.float32))
       >>> labels, scores = sj.viterbi_decode(graph, emissions)
       >>> print(labels, jnp.round(jnp.exp(scores), 4))
       [[0 1 1]] [0.405]

@@ -54,10 +54,10 @@ def intersect_dense(graph: Fsa, emissions: Any, lengths: Optional[Any] = None) -
       >>> import semiring_jax as sj
       >>> graph = sj.Fsa.from_arcs([(0, 0, 0, 0.0), (0, 1, 1, 0.0), (1, 1, 1, 0.0)],
       ...                          final=[1])
-      >>> emissions = jnp.log(jnp.array([[[0.5, 0.5], [0.25, 0.75]]]))
+      >>> emissions = jnp.log(jnp.array([[[0.5, 0.5], [0.25, 0.75]]], jnp.float32))
       >>> lattice = sj.intersect_dense(graph, emissions)
-      >>> lattice.num_states, lattice.num_arcs
-      (4, 3)
+      >>> lattice.num_states, lattice.num_arcs  # (frame, state): (0,0) (1,0) (1,1) (2,1)
+      (4, 4)
       >>> print(jnp.round(jnp.exp(sj.tot_score(lattice)), 4))
       [0.75]
     """

@@ -240,3 +240,27 @@ def test_bad_input_is_named():
         sj.dense_tot_score(graph, emissions[:, :, :2])
     with pytest.raises(ValueError, match="float32 but emissions are float64"):
         sj.dense_tot_score(graph, emissions.astype(jnp.float64))
+
+
+def test_wide_graph_matches_brute_force_and_autodiff():
+    # In-degree 12 > COLUMNS_UP_TO: the [S, K] array form of the scan.
+    rng = np.random.default_rng(6)
+    arcs = [(int(rng.integers(3)), int(rng.integers(3)), int(rng.integers(3)), 0,
+             float(rng.normal())) for _ in range(30)]
+    arcs += [(s, 1, 2, 0, 0.5) for s in (0, 1, 2) for _ in range(4)]
+    arcs = [(s, d, label, label, w) for s, d, label, _, w in arcs]
+    data = (3, arcs, {1: 0.0, 2: -1.0})
+    graph = build(data, np.float64)
+    assert graph.schedule.state_in_arcs.shape[1] > 8
+    emissions = jnp.asarray(rng.normal(size=(2, 4, 3)))
+    lengths = np.array([4, 2])
+    for name in ("log", "tropical"):
+        got = sj.dense_tot_score(graph, emissions, lengths, SEMIRINGS[name])
+        want = [oracles.brute_dense_tot_score(arcs, data[2], np.asarray(emissions[b]),
+                                              lengths[b], name) for b in range(2)]
+        np.testing.assert_allclose(got, want, rtol=1e-10)
+    got = jax.grad(lambda e: sj.dense_tot_score(graph, e, lengths)[0])(emissions)
+    want = jax.grad(lambda e: _reference_total(data, e[0], 4))(emissions)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    check_grads(lambda e, w: sj.dense_tot_score(graph.replace(weight=w), e, lengths),
+                (emissions, graph.weight), order=1, modes=("rev",))

@@ -17,8 +17,9 @@ import jax
 import jax.numpy as jnp
 
 from semiring_jax._src import compensated
-from semiring_jax._src.dense_slots import (Slots, frame_columns, frame_scores, pull_columns,
-                                           push_columns, push_destinations, varying_like)
+from semiring_jax._src.dense_slots import (Slots, by_columns, frame_columns, frame_scores,
+                                           pull_columns, push_columns, push_destinations,
+                                           varying_like)
 
 __all__ = ["forward", "total_pair", "posterior_grads"]
 
@@ -30,17 +31,31 @@ def _start(num_states: int, dtype, reference: jax.Array) -> tuple[jax.Array, jax
     return varying_like(reference, hi), varying_like(reference, jnp.zeros(num_states, dtype))
 
 
-def _to_dst(slots: Slots, slot_weight: jax.Array, frame: jax.Array, his: list, los: list
-            ) -> tuple[list, list]:
-    """slot weight + emission + (hi, lo), per slot column [S], as pairs.
+def _to_dst(slots: Slots, slot_weight: jax.Array, frame: jax.Array, his, los):
+    """slot weight + emission + (hi, lo), slot by slot, as pairs (columns
+    or [S, K] arrays, as `dense_slots.by_columns` says).
 
     The weight and the emission are O(1) numbers: their plain float sum is
     as exact as the inputs themselves; only adding it to the (large) score
     needs compensating."""
-    emissions = frame_columns(frame, slots.label, slot_weight.shape[1])
+    num_slots = slot_weight.shape[1]
+    emissions = frame_columns(frame, slots, num_slots)
+    if not by_columns(slots, num_slots):
+        return compensated.add(his, los, slot_weight + emissions)
     pairs = [compensated.add(hi, lo, slot_weight[:, k] + emissions[k])
              for k, (hi, lo) in enumerate(zip(his, los))]
     return [hi for hi, _ in pairs], [lo for _, lo in pairs]
+
+
+def _log_sum(his, los) -> tuple[jax.Array, jax.Array]:
+    """log Σ over a state's slots, for columns or an [S, K] array."""
+    if isinstance(his, list):
+        return compensated.log_sum_columns(his, los)
+    return compensated.log_sum_pair(his, los, axis=1)
+
+
+def _stacked(values) -> jax.Array:
+    return jnp.stack(values, axis=1) if isinstance(values, list) else values
 
 
 def forward(slots: Slots, slot_weight: jax.Array, emissions: jax.Array, length: jax.Array):
@@ -53,7 +68,7 @@ def forward(slots: Slots, slot_weight: jax.Array, emissions: jax.Array, length: 
         t, frame = inputs
         terms = _to_dst(slots, slot_weight, frame, pull_columns(hi, slots, num_slots, _ZERO),
                         pull_columns(lo, slots, num_slots, 0.0))
-        new_hi, new_lo = compensated.log_sum_columns(*terms)
+        new_hi, new_lo = _log_sum(*terms)
         active = t < length
         hi, lo = jnp.where(active, new_hi, hi), jnp.where(active, new_lo, lo)
         return (hi, lo), (hi, lo)
@@ -101,19 +116,21 @@ def posterior_grads(slot_grads: bool, slots: Slots, slot_weight: jax.Array,
             emission_grad = jnp.where(active, posterior, jnp.zeros_like(posterior))
         else:
             to_hi, to_lo = compensated.add(beta_hi[:, None], beta_lo[:, None], added)
-            from_hi = jnp.stack(pull_columns(alpha_hi, slots, num_slots, _ZERO), axis=1)
-            from_lo = jnp.stack(pull_columns(alpha_lo, slots, num_slots, 0.0), axis=1)
+            from_hi = _stacked(pull_columns(alpha_hi, slots, num_slots, _ZERO))
+            from_lo = _stacked(pull_columns(alpha_lo, slots, num_slots, 0.0))
             posterior = compensated.exp_difference(
                 *compensated.add(from_hi, from_lo + to_lo, to_hi), z_hi, z_lo)
             posterior = jnp.where(active, posterior, jnp.zeros_like(posterior))
             slot_grad = slot_grad + posterior
             emission_grad = _columns(slots.label, posterior, num_columns)
-        leaving = [compensated.add(hi, lo, value) for hi, lo, value in zip(
-            push_destinations(beta_hi, slots, num_slots, _ZERO),
-            push_destinations(beta_lo, slots, num_slots, 0.0),
-            push_columns(added, slots, _ZERO))]
-        new_hi, new_lo = compensated.log_sum_columns([hi for hi, _ in leaving],
-                                                     [lo for _, lo in leaving])
+        leaving = (push_destinations(beta_hi, slots, num_slots, _ZERO),
+                   push_destinations(beta_lo, slots, num_slots, 0.0),
+                   push_columns(added, slots, _ZERO))
+        if isinstance(leaving[0], list):
+            pairs = [compensated.add(*column) for column in zip(*leaving)]
+            new_hi, new_lo = _log_sum([hi for hi, _ in pairs], [lo for _, lo in pairs])
+        else:
+            new_hi, new_lo = _log_sum(*compensated.add(*leaving))
         beta_hi = jnp.where(active, new_hi, beta_hi)
         beta_lo = jnp.where(active, new_lo, beta_lo)
         return (beta_hi, beta_lo, slot_grad), emission_grad

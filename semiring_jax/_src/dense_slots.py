@@ -8,12 +8,12 @@ shifts, a general one with gathers.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Union
 
 import jax
 import jax.numpy as jnp
 
-__all__ = ["Slots", "pull", "push", "pull_columns", "push_columns", "push_destinations",
+__all__ = ["Slots", "COLUMNS_UP_TO", "by_columns", "pull", "push", "pull_columns", "push_columns", "push_destinations",
            "frame_columns",
            "frame_scores", "max_or_zero", "varying_like"]
 
@@ -61,26 +61,42 @@ def push(slot_scores: jax.Array, slots: Slots, fill: float) -> jax.Array:
     return flat[slots.leaving]
 
 
-def pull_columns(scores: jax.Array, slots: Slots, num_slots: int,
-                 fill: float) -> list[jax.Array]:
-    """`pull` as K columns [S]: elementwise work on columns fuses into one
-    kernel per step, where [S, K] arrays and reductions over K do not."""
+# Up to this many slots, per-slot work is written column by column: the
+# elementwise ops fuse into one kernel per step, where [S, K] arrays and
+# reductions over K would not. Wider graphs keep [S, K] arrays: their steps
+# are big enough that one reduction beats K unrolled columns.
+COLUMNS_UP_TO = 8
+
+Slotwise = Union[list, jax.Array]  # K columns [S], or one [S, K] array
+
+
+def by_columns(slots: Slots, num_slots: int) -> bool:
+    """Whether per-slot values are handled as a list of columns."""
+    return slots.src is None or num_slots <= COLUMNS_UP_TO
+
+
+def _split(values: jax.Array, slots: Slots) -> Slotwise:
+    if by_columns(slots, values.shape[1]):
+        return [values[:, k] for k in range(values.shape[1])]
+    return values
+
+
+def pull_columns(scores: jax.Array, slots: Slots, num_slots: int, fill: float) -> Slotwise:
+    """`pull`, as columns (see COLUMNS_UP_TO)."""
     if slots.src is None:
         return [_shifted(scores, k, fill) for k in range(num_slots)]
-    gathered = scores[slots.src]
-    return [gathered[:, k] for k in range(num_slots)]
+    return _split(scores[slots.src], slots)
 
 
-def push_columns(slot_values: jax.Array, slots: Slots, fill: float) -> list[jax.Array]:
-    """`push` of slot values [S, K], as Ko columns [S]."""
+def push_columns(slot_values: jax.Array, slots: Slots, fill: float) -> Slotwise:
+    """`push` of slot values [S, K], as columns (see COLUMNS_UP_TO)."""
     if slots.src is None:
         return [_shifted(slot_values[:, k], -k, fill) for k in range(slot_values.shape[1])]
-    leaving = push(slot_values, slots, fill)
-    return [leaving[:, k] for k in range(leaving.shape[1])]
+    return _split(push(slot_values, slots, fill), slots)
 
 
 def push_destinations(scores: jax.Array, slots: Slots, num_slots: int,
-                      fill: float) -> list[jax.Array]:
+                      fill: float) -> Slotwise:
     """For each state and each slot leaving it, the score [S] at the slot's
     own state (its destination), as Ko columns. Shifting or gathering the
     [S] scores themselves, not an expression of them, keeps XLA from
@@ -90,17 +106,14 @@ def push_destinations(scores: jax.Array, slots: Slots, num_slots: int,
     num_states = scores.shape[0]
     destination = jnp.where(slots.leaving < num_states * num_slots,
                             slots.leaving // num_slots, num_states)
-    gathered = jnp.append(scores, jnp.full((1,), fill, scores.dtype))[destination]
-    return [gathered[:, k] for k in range(gathered.shape[1])]
+    return _split(jnp.append(scores, jnp.full((1,), fill, scores.dtype))[destination], slots)
 
 
-def frame_columns(frame: jax.Array, label: Optional[jax.Array],
-                  num_slots: int) -> list[jax.Array]:
-    """This frame's emission per slot, as K columns [S]."""
-    if label is None:
-        return [frame] * num_slots
-    gathered = frame[label]
-    return [gathered[:, k] for k in range(num_slots)]
+def frame_columns(frame: jax.Array, slots: Slots, num_slots: int) -> Slotwise:
+    """This frame's emission per slot, as columns (see COLUMNS_UP_TO)."""
+    if slots.label is None:
+        return [frame] * num_slots if by_columns(slots, num_slots) else frame[:, None]
+    return _split(frame[slots.label], slots)
 
 
 def frame_scores(frame: jax.Array, label: Optional[jax.Array]) -> jax.Array:

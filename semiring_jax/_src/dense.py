@@ -73,8 +73,8 @@ def check_graph(graph: Any, batch: int, num_columns: int, dtype: np.dtype, fn: s
         raise ValueError(f"{fn}: graph weights are {graph.dtype} but emissions are {dtype}")
     if checks.is_traced(graph.ilabel) or checks.is_traced(graph.arc_mask):
         return
-    labels = np.asarray(graph.ilabel).reshape(-1, graph.num_arcs)
-    real = np.asarray(graph.arc_mask).reshape(-1, graph.num_arcs)
+    labels = np.atleast_2d(np.asarray(graph.ilabel))  # [B or 1, A]
+    real = np.atleast_2d(np.asarray(graph.arc_mask))
     bad = np.argwhere(real & ((labels < 0) | (labels >= num_columns)))
     if bad.size:
         entry, arc = (int(i) for i in bad[0])

@@ -63,10 +63,10 @@ def intersect_dense(graph: Fsa, emissions: Any, lengths: Optional[Any] = None) -
     """
     emissions = check_emissions(emissions, "intersect_dense")
     batch, num_frames, num_columns = emissions.shape
-    if lengths is not None:
-        lengths = checks.concrete(lengths, "lengths", "intersect_dense")
-    lengths = np.asarray(check_lengths(lengths, batch, num_frames, "intersect_dense",
-                                       "lengths", "T"))
+    if lengths is None:
+        lengths = np.full(batch, num_frames)
+    lengths = checks.concrete(lengths, "lengths", "intersect_dense")
+    check_lengths(lengths, batch, num_frames, "intersect_dense", "lengths", "T")
     check_graph(graph, batch, num_columns, emissions.dtype, "intersect_dense")
     lattices = [_one_lattice(_entry(graph, b), emissions[b], int(lengths[b]))
                 for b in range(batch)]

@@ -192,18 +192,27 @@ def _ctc_tables(labels: jax.Array, label_length: jax.Array, blank: int, dtype: A
 
 
 def _ctc_totals(log_probs, input_lengths, labels, label_lengths, blank, one_utterance):
-    def per_utterance(emissions, length, row, label_length):
-        token, slot_weight, final_weight = _ctc_tables(row, label_length, blank,
-                                                       emissions.dtype)
+    tokens, slot_weights, final_weights = jax.vmap(
+        lambda row, n: _ctc_tables(row, n, blank, log_probs.dtype))(labels, label_lengths)
+    state_emissions = _state_emissions(log_probs, tokens)  # [T, B, S]
+
+    def per_utterance(state_emissions, length, token, slot_weight, final_weight):
         slots = Slots(src=None, label=None, leaving=None)  # banded: slot k from s - k
-        # Each state's column, gathered once for all frames as rows of the
-        # [V, T] transpose: a gather (and, for the gradient, a scatter) of S
-        # contiguous rows rather than of T * S single numbers.
-        state_emissions = jnp.take(emissions.T, token, axis=0).T  # [T, S]
         return one_utterance(slots, slot_weight, final_weight, state_emissions, length,
                              token)
 
-    return jax.vmap(per_utterance)(log_probs, input_lengths, labels, label_lengths)
+    # Time-major emissions are what the vmapped scan reads (and what its
+    # gradient comes back as): no [B, T, S] <-> [T, B, S] transposes.
+    return jax.vmap(per_utterance, in_axes=(1, 0, 0, 0, 0))(
+        state_emissions, input_lengths, tokens, slot_weights, final_weights)
+
+
+def _state_emissions(log_probs: jax.Array, tokens: jax.Array) -> jax.Array:
+    """[T, B, S]: each state's column of `log_probs` [B, T, V], gathered
+    once for all frames (tokens [B, S]) as rows of the [V, T] transpose: a
+    gather (and, for the gradient, a scatter) of S contiguous rows rather
+    than of T * S single numbers."""
+    return jax.vmap(lambda e, t: jnp.take(e.T, t, axis=0).T, out_axes=1)(log_probs, tokens)
 
 
 @functools.partial(jax.jit, static_argnames=("blank", "zero_infinity"))

@@ -176,3 +176,21 @@ def test_bad_input_is_named():
         sj.ctc_graph([[1, 0]])
     with pytest.raises(ValueError, match="blank = 3"):
         sj.ctc_topo(3, blank=3)
+
+
+def test_empty_inputs_and_empty_labels():
+    # No frames: only the empty label sequence fits (loss 0); no labels: the
+    # all-blank alignment (here 3 frames of probability 1/3 each).
+    empty = np.zeros((2, 0, 3), np.float32)
+    loss = sj.ctc_loss(empty, np.array([0, 0]), np.ones((2, 2), int), np.array([0, 1]))
+    np.testing.assert_array_equal(loss, [0.0, np.inf])
+    grad = jax.grad(lambda x: sj.ctc_loss(x, np.array([0, 0]), np.ones((2, 2), int),
+                                          np.array([0, 1])).sum())(jnp.asarray(empty))
+    chex.assert_shape(grad, (2, 0, 3))
+    frames, scores = sj.forced_align(empty, np.array([0, 0]), np.ones((2, 2), int),
+                                     np.array([0, 1]))
+    chex.assert_shape(frames, (2, 0))
+    np.testing.assert_array_equal(scores, [0.0, -np.inf])
+    uniform = np.log(np.full((1, 3, 3), 1 / 3, np.float32))
+    np.testing.assert_allclose(sj.ctc_loss(uniform, np.array([3]), np.zeros((1, 0), int),
+                                           np.array([0])), [np.log(27)], rtol=1e-6)

@@ -182,7 +182,7 @@ def _ctc_tables(labels: jax.Array, label_length: jax.Array, blank: int, dtype: A
     states = jnp.arange(num_states, dtype=jnp.int32)
     label_length = label_length.astype(jnp.int32)
     token = jnp.full(num_states, blank, jnp.int32).at[1::2].set(labels.astype(jnp.int32))
-    before = jnp.concatenate([jnp.full(2, blank, jnp.int32), token[:-2]])
+    before = jnp.concatenate([jnp.full(2, blank, jnp.int32), token])[:num_states]  # token[s-2]
     can_skip = (states % 2 == 1) & (states >= 3) & (token != before)
     allowed = jnp.stack([jnp.ones(num_states, bool), states >= 1, can_skip], axis=1)
     slot_weight = jnp.where(allowed, 0.0, -jnp.inf).astype(dtype)
@@ -222,7 +222,7 @@ def _ctc_loss(log_probs, input_lengths, labels, label_lengths, blank, zero_infin
                                      length, slot_grads=False)
     totals = _ctc_totals(log_probs, input_lengths, labels, label_lengths, blank,
                          one_utterance)
-    loss = -totals
+    loss = jnp.zeros_like(totals) - totals  # +0.0, not -0.0, for a certain alignment
     # Rounding can push a certain alignment's log-probability just above 0.
     loss = jnp.where(loss < 0, jnp.zeros_like(loss), loss)
     if zero_infinity:

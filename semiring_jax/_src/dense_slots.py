@@ -39,10 +39,11 @@ def _shifted(values: jax.Array, offset: int, fill: float) -> jax.Array:
     """`values` [S] moved by `offset`: out[s] = values[s - offset], else fill."""
     if offset == 0:
         return values
+    size = values.shape[0]
     pad = jnp.full((abs(offset),), fill, values.dtype)
     if offset > 0:
-        return jnp.concatenate([pad, values[:-offset]])
-    return jnp.concatenate([values[-offset:], pad])
+        return jnp.concatenate([pad, values])[:size]
+    return jnp.concatenate([values, pad])[-offset:]
 
 
 def pull(scores: jax.Array, slots: Slots, num_slots: int, fill: float) -> jax.Array:

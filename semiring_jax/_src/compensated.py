@@ -17,8 +17,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-__all__ = ["two_sum", "add", "log_sum_pair", "log_sum_columns", "log_sum", "exp_difference",
-           "softmax"]
+__all__ = ["two_sum", "add", "log_sum_pair", "log_sum_columns", "exp_difference"]
 
 
 def two_sum(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -85,12 +84,6 @@ def log_sum_columns(his: list[jax.Array], los: list[jax.Array]
     return two_sum(safe_top, log_total)
 
 
-def log_sum(hi: jax.Array, lo: jax.Array, axis: int) -> jax.Array:
-    """log Σ exp(hi + lo) along `axis`, as one float."""
-    _, safe_top, log_total = _log_sum_terms(hi, lo, axis)
-    return safe_top + log_total
-
-
 def exp_difference(hi: jax.Array, lo: jax.Array, total_hi: jax.Array,
                    total_lo: jax.Array) -> jax.Array:
     """exp((hi + lo) - (total_hi + total_lo)), accurate when the two are
@@ -100,12 +93,3 @@ def exp_difference(hi: jax.Array, lo: jax.Array, total_hi: jax.Array,
     safe_hi = jnp.where(found, total_hi, jnp.zeros_like(total_hi))
     difference = (hi - safe_hi) + (lo - total_lo)
     return jnp.where(found, jnp.exp(difference), jnp.zeros_like(difference))
-
-
-def softmax(hi: jax.Array, lo: jax.Array) -> jax.Array:
-    """exp(x) / Σ exp(x) over all entries of x = hi + lo; all zeros when
-    every entry is -inf."""
-    safe_top = _safe(jnp.max(hi, initial=-jnp.inf))
-    exps = jnp.exp((hi - safe_top) + lo)
-    total = jnp.sum(exps)
-    return jnp.where(total > 0, exps / jnp.where(total > 0, total, 1), jnp.zeros_like(exps))

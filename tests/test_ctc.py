@@ -194,3 +194,15 @@ def test_empty_inputs_and_empty_labels():
     uniform = np.log(np.full((1, 3, 3), 1 / 3, np.float32))
     np.testing.assert_allclose(sj.ctc_loss(uniform, np.array([3]), np.zeros((1, 0), int),
                                            np.array([0])), [np.log(27)], rtol=1e-6)
+
+
+def test_ctc_graph_of_one_sequence_is_unbatched_and_outputs_the_labels():
+    graph = sj.ctc_graph([2, 2, 3])
+    assert graph.batch_shape == () and graph.num_states == 7
+    # Output labels (API.md): the label where it starts, 0 on blanks and repeats.
+    assert sorted(set(np.asarray(graph.olabel).tolist())) == [0, 2, 3]
+    starts = (np.asarray(graph.olabel) != 0)
+    np.testing.assert_array_equal(np.asarray(graph.ilabel)[starts], np.asarray(graph.olabel)[starts])
+    topo = sj.ctc_topo(4, blank=3)
+    blank_arcs = np.asarray(topo.ilabel) == 3
+    assert not np.asarray(topo.olabel)[blank_arcs].any()

@@ -6,7 +6,6 @@ import semiring_jax as sj
 
 # API.md's names, by the issue that builds them. Names of later issues are
 # added to __all__ as they land; until then they must not exist as stubs.
-# ctc_topo and ctc_graph are not in API.md: issue 3 asked for them.
 CORE = {"Fsa", "LOG", "TROPICAL", "Semiring", "semiring", "linear_fsa", "stack", "unstack",
         "tot_score", "forward_scores", "backward_scores", "arc_posteriors", "best_path"}
 DENSE = {"dense_tot_score", "intersect_dense", "ctc_loss", "ctc_topo", "ctc_graph",

@@ -33,15 +33,17 @@ def ctc_topo(vocab_size: int, blank: int = 0, *, modified: bool = False,
 
     Standard (k2's `ctc_topo(modified=False)`): one state per token, state 0
     for `blank`; from every state, token j goes to state j, writing j when
-    it starts a new token and `blank` when it repeats the state's own token
-    (so a repeated label needs a blank between). All states are final.
+    it starts a new token and 0 (epsilon) when it is the blank or repeats
+    the state's own token (so a repeated label needs a blank between). All
+    states are final.
     V² arcs. Modified (k2's `modified=True`), 4V - 3 arcs: from the blank state, any token j is written and either
     stays (one frame of j) or enters state j, whose self-loop repeats j and
     whose other arc returns to the blank state on one more frame of j;
     repeated labels need no blank between. Only the blank state is final.
 
-    Output label `blank` means "nothing": with `blank=0` it is epsilon, as
-    structural algorithms read it.
+    Output label 0 means "nothing" (epsilon, as structural algorithms read
+    it; API.md): with a blank other than 0, token 0's own output is then
+    indistinguishable from epsilon, so keep the blank at 0 to compose.
 
     Args:
       vocab_size: V, the number of tokens including the blank.
@@ -69,28 +71,35 @@ def ctc_topo(vocab_size: int, blank: int = 0, *, modified: bool = False,
     state = np.where(tokens == blank, 0, np.where(tokens == 0, blank, tokens))
     if not modified:
         src, token = (grid.reshape(-1) for grid in np.meshgrid(tokens, tokens, indexing="ij"))
-        olabel = np.where(src == token, blank, token)
+        olabel = np.where((src == token) | (token == blank), 0, token)
         arcs = np.stack([state[src], state[token], token, olabel], axis=1)
         final = list(range(vocab_size))
     else:
         others = tokens[tokens != blank]
         arcs = np.concatenate([
-            np.stack([np.zeros_like(tokens), np.zeros_like(tokens), tokens, tokens], axis=1),
+            np.stack([np.zeros_like(tokens), np.zeros_like(tokens), tokens,
+                      np.where(tokens == blank, 0, tokens)], axis=1),
             np.stack([np.zeros_like(others), state[others], others, others], axis=1),
-            np.stack([state[others], state[others], others, np.full_like(others, blank)], 1),
-            np.stack([state[others], np.zeros_like(others), others,
-                      np.full_like(others, blank)], axis=1)])
+            np.stack([state[others], state[others], others, np.zeros_like(others)], axis=1),
+            np.stack([state[others], np.zeros_like(others), others, np.zeros_like(others)],
+                     axis=1)])
         final = [0]
     rows = np.concatenate([arcs, np.zeros((arcs.shape[0], 1))], axis=1)
     return Fsa.from_arcs(rows.tolist(), final=final, num_states=vocab_size, dtype=dtype) \
         if arcs.shape[0] else Fsa.from_arcs([], final=final, num_states=1, dtype=dtype)
 
 
+def _is_one_sequence(labels: Any) -> bool:
+    """A flat sequence of labels (one utterance), not a batch of them."""
+    if hasattr(labels, "shape"):
+        return len(labels.shape) == 1
+    return all(np.ndim(label) == 0 for label in labels)
+
+
 def _label_rows(labels: Any, label_lengths: Optional[Any], fn: str
                 ) -> list[np.ndarray]:
     """Host label sequences from a padded [B, U] array (+ lengths) or lists."""
-    if label_lengths is None and not isinstance(labels, np.ndarray) and \
-            not hasattr(labels, "shape"):
+    if label_lengths is None and not hasattr(labels, "shape"):
         return [np.asarray(row, np.int64).reshape(-1) for row in labels]
     labels = checks.concrete(labels, "labels", fn)
     if labels.ndim != 2:
@@ -116,7 +125,7 @@ def _check_label_lengths(lengths: np.ndarray, labels_shape: tuple[int, ...], fn:
 
 def ctc_graph(labels: Union[Sequence[Sequence[int]], Any], label_lengths: Optional[Any] = None,
               *, blank: int = 0, dtype: Any = np.float32) -> Fsa:
-    """Batched CTC graphs of label sequences, for `dense_tot_score`.
+    """The CTC graph of a label sequence, or a batch of them.
 
     For l_1..l_U: 2U + 1 states (even: blank, 2i + 1: l_{i+1}); each state
     loops on its own token and moves to the next state, and a label state
@@ -124,35 +133,45 @@ def ctc_graph(labels: Union[Sequence[Sequence[int]], Any], label_lengths: Option
     Final states: the last label and the blank after it (state 0 if U = 0).
     `dense_tot_score(ctc_graph(labels), log_probs, lengths)` is the CTC
     log-likelihood, `-ctc_loss`. Output labels: the label on the arc that
-    starts it, `blank` elsewhere.
+    starts it, 0 (epsilon) on blanks and repeats.
 
     Args:
-      labels: a list of label sequences, or int [B, U] padded with anything
-        past `label_lengths`.
+      labels: one label sequence (a flat list or int [U] array: API.md's
+        form), or a batch: a list of sequences, or int [B, U] padded with
+        anything past `label_lengths`.
       label_lengths: int [B]; all of U by default.
       blank: the blank token.
       dtype: float32 (default) or float64.
     Returns:
-      A batched transducer Fsa, batch_shape (B,).
+      A transducer Fsa: unbatched for one sequence, else batched (B,).
     Raises:
       ValueError: for a label equal to `blank` or negative, or a length
         outside [0, U].
     Examples:
       >>> import semiring_jax as sj
+      >>> sj.ctc_graph([3, 5]).num_states
+      5
       >>> graph = sj.ctc_graph([[3, 3], [5]])
       >>> graph.batch_shape, graph.num_states
       ((2,), 5)
     """
-    rows = _label_rows(labels, label_lengths, "ctc_graph")
+    if label_lengths is None and _is_one_sequence(labels):
+        row = np.asarray(checks.concrete(labels, "labels", "ctc_graph"), np.int64)
+        _check_row(row, "labels", blank)
+        return _one_ctc_graph(row, blank, dtype)
     graphs = []
-    for b, row in enumerate(rows):
-        bad = np.flatnonzero((row < 0) | (row == blank))
-        if bad.size:
-            raise ValueError(f"ctc_graph: labels[{b}][{int(bad[0])}] = {row[bad[0]]}; labels "
-                             f"must be >= 0 and differ from blank = {blank}")
+    for b, row in enumerate(_label_rows(labels, label_lengths, "ctc_graph")):
+        _check_row(row, f"labels[{b}]", blank)
         graphs.append(_one_ctc_graph(row, blank, dtype))
     from semiring_jax._src.batch import stack  # batch imports fsa; avoid a cycle
     return stack(graphs)
+
+
+def _check_row(row: np.ndarray, name: str, blank: int) -> None:
+    bad = np.flatnonzero((row < 0) | (row == blank))
+    if bad.size:
+        raise ValueError(f"ctc_graph: {name}[{int(bad[0])}] = {row[bad[0]]}; labels must be "
+                         f">= 0 and differ from blank = {blank}")
 
 
 def _one_ctc_graph(row: np.ndarray, blank: int, dtype: Any) -> Fsa:
@@ -160,9 +179,9 @@ def _one_ctc_graph(row: np.ndarray, blank: int, dtype: Any) -> Fsa:
     token = np.full(num_states, blank, np.int64)
     token[1::2] = row
     states = np.arange(num_states)
-    arcs = [np.stack([states, states, token[states], np.full(num_states, blank)], axis=1),
+    arcs = [np.stack([states, states, token[states], np.zeros(num_states, np.int64)], axis=1),
             np.stack([states[:-1], states[1:], token[1:],
-                      np.where(states[1:] % 2 == 1, token[1:], blank)], axis=1)]
+                      np.where(states[1:] % 2 == 1, token[1:], 0)], axis=1)]
     skip = states[1:-2:2]  # label state 2i+1 -> 2i+3 when the labels differ
     skip = skip[token[skip] != token[skip + 2]]
     arcs.append(np.stack([skip, skip + 2, token[skip + 2], token[skip + 2]], axis=1))

@@ -3,6 +3,8 @@
 The public API (see API.md); everything else lives in `semiring_jax._src`.
 """
 
+from semiring_jax._src.algorithms import (arc_sort, closure, concat, connect, invert, project,
+                                          reverse, top_sort, union)
 from semiring_jax._src.batch import stack, unstack
 from semiring_jax._src.best_path import best_path
 from semiring_jax._src.ctc import ctc_graph, ctc_loss, ctc_topo, forced_align
@@ -22,8 +24,12 @@ __all__ = [
     "Semiring",
     "TROPICAL",
     "arc_posteriors",
+    "arc_sort",
     "backward_scores",
     "best_path",
+    "closure",
+    "concat",
+    "connect",
     "ctc_graph",
     "ctc_loss",
     "ctc_topo",
@@ -31,10 +37,15 @@ __all__ = [
     "forced_align",
     "forward_scores",
     "intersect_dense",
+    "invert",
     "linear_fsa",
+    "project",
+    "reverse",
     "semiring",
     "stack",
+    "top_sort",
     "tot_score",
+    "union",
     "unstack",
     "viterbi_decode",
 ]

@@ -1,0 +1,275 @@
+"""Structural algorithms whose weights stay differentiable.
+
+Each op works out the result's structure on the host (`host/structure.py`),
+together with the source of every result weight among the operands' arc and
+final weights, and then gathers the weights in JAX. So the structure must be
+concrete, but the weights may be traced: `jax.grad` of any score of the
+result flows back to the operands' `weight` and `final_weight`. A batched
+operand is processed entry by entry and the results are stacked.
+
+Weights are scores (log domain) in any semiring whose ⊗ is addition: new
+epsilon arcs weigh 0 (one), and "not final" is -inf (zero).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from semiring_jax._src import checks
+from semiring_jax._src.batch import stack, unstack
+from semiring_jax._src.fsa import Fsa, assemble
+from semiring_jax._src.host import build, structure
+
+__all__ = ["invert", "project", "arc_sort", "top_sort", "connect", "reverse", "union",
+           "concat", "closure"]
+
+
+def _parts(fsa: Fsa, fn: str) -> structure.Parts:
+    real = checks.concrete(fsa.arc_mask, "arc_mask", fn).astype(bool)
+    pick = lambda name: checks.concrete(getattr(fsa, name), name, fn)[real].astype(np.int64)
+    # Final states are structure; a traced final_weight leaves every state a
+    # candidate (its -inf weights then only add arcs that never count).
+    if checks.is_traced(fsa.final_weight):
+        is_final = np.ones(fsa.num_states, bool)
+    else:
+        is_final = np.asarray(fsa.final_weight) > -np.inf
+    return structure.Parts(fsa.num_states, pick("src"), pick("dst"), pick("ilabel"),
+                           pick("olabel"), is_final, fsa.is_acceptor)
+
+
+def _assemble(operands: Sequence[Fsa], result: structure.Result) -> Fsa:
+    """The result Fsa, its weights gathered from the operands' (in JAX)."""
+    pieces = []
+    for fsa in operands:
+        real = np.flatnonzero(np.asarray(fsa.arc_mask))
+        pieces += [jnp.asarray(fsa.weight)[real], jnp.asarray(fsa.final_weight)]
+    dtype = operands[0].dtype
+    sources = jnp.concatenate(pieces + [jnp.array([-jnp.inf, 0.0], dtype)])
+    placeholder = build.ArcArrays(
+        result.num_states, result.src.astype(np.int32), result.dst.astype(np.int32),
+        result.ilabel.astype(np.int32), result.olabel.astype(np.int32),
+        np.zeros(result.src.shape[0], dtype), np.full(result.num_states, -np.inf, dtype),
+        result.is_acceptor)
+    return assemble(placeholder).replace(weight=sources[result.arc_source],
+                                         final_weight=sources[result.final_source])
+
+
+def _check_operands(operands: Sequence[Fsa], fn: str) -> None:
+    for i, fsa in enumerate(operands):
+        if not isinstance(fsa, Fsa):
+            raise TypeError(f"{fn}: operand {i} is a {type(fsa).__name__}, not an Fsa")
+        if fsa.is_acceptor != operands[0].is_acceptor:
+            kinds = ["a transducer", "an acceptor"]
+            raise ValueError(f"{fn}: operand {i} is {kinds[fsa.is_acceptor]} but operand 0 "
+                             f"is {kinds[operands[0].is_acceptor]}")
+        if fsa.dtype != operands[0].dtype:
+            raise ValueError(f"{fn}: operand {i} has {fsa.dtype} weights but operand 0 has "
+                             f"{operands[0].dtype}")
+        if fsa.batch_shape != operands[0].batch_shape:
+            raise ValueError(f"{fn}: operand {i} has batch_shape {fsa.batch_shape} but "
+                             f"operand 0 has {operands[0].batch_shape}")
+
+
+def _apply(fn: str, operands: Sequence[Fsa], make) -> Fsa:
+    """`make(parts)` on unbatched operands, entry by entry on batched ones."""
+    _check_operands(operands, fn)
+    if operands[0].batch_shape:
+        entries = zip(*(unstack(fsa) for fsa in operands))
+        return stack([_apply(fn, list(entry), make) for entry in entries])
+    result = make([_parts(fsa, fn) for fsa in operands])
+    return _assemble(operands, result)
+
+
+def invert(fsa: Fsa) -> Fsa:
+    """Swaps input and output labels (an acceptor stays as it is).
+
+    Args:
+      fsa: an Fsa, single or batched; structure concrete, weights may be traced.
+    Returns:
+      An Fsa with the same states, arcs and weights.
+    Examples:
+      >>> import semiring_jax as sj
+      >>> fsa = sj.invert(sj.Fsa.from_arcs([(0, 1, 3, 4, 0.5)], final=[1]))
+      >>> print(fsa.ilabel, fsa.olabel)
+      [4] [3]
+    """
+    return _apply("invert", [fsa], lambda parts: structure.invert(parts[0]))
+
+
+def project(fsa: Fsa, side: str = "input") -> Fsa:
+    """The acceptor of the input (or output) side's labels.
+
+    Args:
+      fsa: an Fsa, single or batched.
+      side: "input" or "output".
+    Returns:
+      An acceptor with the same states, arcs and weights.
+    Raises:
+      ValueError: for another `side`.
+    Examples:
+      >>> import semiring_jax as sj
+      >>> fsa = sj.Fsa.from_arcs([(0, 1, 3, 4, 0.5)], final=[1])
+      >>> print(sj.project(fsa, "output").ilabel, sj.project(fsa).is_acceptor)
+      [4] True
+    """
+    if side not in ("input", "output"):
+        raise ValueError(f"project: side must be 'input' or 'output', got {side!r}")
+    return _apply("project", [fsa], lambda parts: structure.project(parts[0], side))
+
+
+def arc_sort(fsa: Fsa, by: str = "ilabel") -> Fsa:
+    """Arcs ordered by source state, then `by` label, then the other label,
+    then destination (ties keep their order); states are unchanged.
+
+    Args:
+      fsa: an Fsa, single or batched.
+      by: "ilabel" or "olabel".
+    Returns:
+      The same FSA with its arcs permuted.
+    Raises:
+      ValueError: for another `by`.
+    Examples:
+      >>> import semiring_jax as sj
+      >>> fsa = sj.Fsa.from_arcs([(0, 1, 5, 0.5), (0, 1, 2, 0.25)], final=[1])
+      >>> print(sj.arc_sort(fsa).label, sj.arc_sort(fsa).weight)
+      [2 5] [0.25 0.5 ]
+    """
+    if by not in ("ilabel", "olabel"):
+        raise ValueError(f"arc_sort: by must be 'ilabel' or 'olabel', got {by!r}")
+    return _apply("arc_sort", [fsa], lambda parts: structure.arc_sort(parts[0], by))
+
+
+def top_sort(fsa: Fsa) -> Fsa:
+    """States renumbered so that every arc goes to a higher-numbered state.
+
+    The start stays state 0, so an arc into the start (from a state it
+    cannot reach) makes the order impossible.
+
+    Args:
+      fsa: an acyclic Fsa, single or batched.
+    Returns:
+      The same FSA with states renumbered (arcs keep their order).
+    Raises:
+      ValueError: for a cycle (naming a state on it) or an arc into the start.
+    Examples:
+      >>> import semiring_jax as sj
+      >>> fsa = sj.top_sort(sj.Fsa.from_arcs([(0, 2, 1, 0.0), (2, 1, 2, 0.0)], final=[1]))
+      >>> print(fsa.src, fsa.dst)
+      [0 1] [1 2]
+    """
+    def make(parts):
+        result, culprit = structure.top_sort(parts[0])
+        if culprit and culprit[0] == "start":
+            raise ValueError(f"top_sort: state {culprit[1]} has an arc into the start state 0, "
+                             f"so no order can start with it; connect the FSA first")
+        if culprit:
+            path = " -> ".join(str(state) for state in culprit)
+            raise ValueError(f"top_sort: state {culprit[0]} lies on a cycle ({path})")
+        return result
+    return _apply("top_sort", [fsa], make)
+
+
+def connect(fsa: Fsa) -> Fsa:
+    """Keeps only the states on a path from the start to a final state.
+
+    States keep their relative order (the start stays 0); an FSA with no
+    successful path becomes the start state alone. Which states are final is
+    read from `final_weight > -inf`; arcs of weight -inf are kept (structure
+    never depends on weight values).
+
+    Args:
+      fsa: an Fsa (cyclic allowed), single or batched.
+    Returns:
+      The trimmed Fsa.
+    Examples:
+      >>> import semiring_jax as sj
+      >>> fsa = sj.Fsa.from_arcs([(0, 1, 1, 0.0), (0, 2, 2, 0.0)], final=[1])
+      >>> sj.connect(fsa)
+      Fsa(acceptor, num_states=2, num_arcs=1)
+    """
+    return _apply("connect", [fsa], lambda parts: structure.connect(parts[0]))
+
+
+def reverse(fsa: Fsa) -> Fsa:
+    """The reversed FSA (OpenFst's Reverse): it accepts each string reversed,
+    with the same weight.
+
+    A new start state 0 has epsilon arcs into the old final states (state s
+    becomes s + 1), weighted by their final weights; every arc is turned
+    around; the old start is the one final state (weight 0).
+
+    Args:
+      fsa: an Fsa (cyclic allowed), single or batched.
+    Returns:
+      An Fsa with one more state.
+    Examples:
+      >>> import semiring_jax as sj
+      >>> fsa = sj.reverse(sj.Fsa.from_arcs([(0, 1, 7, 0.5)], final={1: 0.25}))
+      >>> print(fsa.src, fsa.dst, fsa.weight, fsa.final_weight)
+      [0 2] [2 1] [0.25 0.5 ] [-inf   0. -inf]
+    """
+    return _apply("reverse", [fsa], lambda parts: structure.reverse(parts[0]))
+
+
+def union(a: Fsa, b: Fsa, *more: Fsa) -> Fsa:
+    """The union: a new start state 0 with an epsilon arc (weight 0) into
+    each operand's start; operands' states follow in order.
+
+    Args:
+      a, b, *more: Fsas of one kind (acceptor or transducer) and dtype, all
+        unbatched or all batched alike.
+    Returns:
+      An Fsa whose successful paths are the operands' paths.
+    Raises:
+      ValueError: for operands of different kinds, dtypes or batch shapes.
+    Examples:
+      >>> import semiring_jax as sj
+      >>> fsa = sj.union(sj.linear_fsa([1]), sj.linear_fsa([2]))
+      >>> print(round(float(sj.tot_score(fsa)), 4))
+      0.6931
+    """
+    return _apply("union", [a, b, *more], structure.union)
+
+
+def concat(a: Fsa, b: Fsa, *more: Fsa) -> Fsa:
+    """The concatenation: each operand's final states are joined by epsilon
+    arcs, weighted by their final weights, to the next operand's start.
+
+    Args:
+      a, b, *more: as for `union`.
+    Returns:
+      An Fsa accepting a path of each operand in turn.
+    Raises:
+      ValueError: for operands of different kinds, dtypes or batch shapes.
+    Examples:
+      >>> import semiring_jax as sj
+      >>> fsa = sj.concat(sj.linear_fsa([1]), sj.linear_fsa([2, 3]))
+      >>> fsa.num_states, fsa.num_arcs
+      (5, 4)
+    """
+    return _apply("concat", [a, b, *more], structure.concat)
+
+
+def closure(fsa: Fsa) -> Fsa:
+    """The Kleene star (OpenFst's Closure): zero or more repetitions.
+
+    A new start state 0, final with weight 0, has an epsilon arc into the old
+    start (state s becomes s + 1), and each final state an epsilon arc,
+    weighted by its final weight, back to the old start. The result is
+    cyclic when the input has a final state: score ops refuse it, other
+    structural ops take it.
+
+    Args:
+      fsa: an Fsa, single or batched.
+    Returns:
+      An Fsa with one more state.
+    Examples:
+      >>> import semiring_jax as sj
+      >>> sj.closure(sj.linear_fsa([1]))
+      Fsa(acceptor, num_states=3, num_arcs=3, cyclic)
+    """
+    return _apply("closure", [fsa], lambda parts: structure.closure(parts[0]))

@@ -1,0 +1,180 @@
+"""Structural algorithms against OpenFst (pynini) and brute force.
+
+For each op: the result's total score equals OpenFst's result of the same
+operation (shortest distance, LOG and TROPICAL) and, on acyclic results, our
+`tot_score` and brute-force path enumeration; gradients through the op
+match finite differences; batched operands give the same as one by one.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pynini
+import pytest
+from hypothesis import given, settings, strategies as st
+from jax.test_util import check_grads
+
+import semiring_jax as sj
+from tests import oracles
+from tests.strategies import acyclic_fsas, as_rows
+
+SETTINGS = settings(max_examples=20, deadline=None)
+FINITE = st.floats(-3.0, 3.0, width=32)
+# Cycles (closure) converge in OpenFst only when every cycle loses weight.
+NEGATIVE = st.floats(-3.0, -0.5, width=32)
+
+
+def build(data, transducer=True, dtype=np.float64):
+    num_states, arcs, final = data
+    return sj.Fsa.from_arcs(as_rows(arcs, transducer), final, num_states=num_states,
+                            dtype=dtype)
+
+
+def as_data(fsa):
+    """An unbatched Fsa as the oracles' (num_states, arcs, final)."""
+    real = np.asarray(fsa.arc_mask)
+    columns = [np.asarray(getattr(fsa, name))[real] for name in
+               ("src", "dst", "ilabel", "olabel", "weight")]
+    arcs = [(int(s), int(d), int(i), int(o), float(w)) for s, d, i, o, w in zip(*columns)]
+    final = {int(s): float(w) for s, w in enumerate(np.asarray(fsa.final_weight))
+             if w > -np.inf}
+    return fsa.num_states, arcs, final
+
+
+def openfst_total(fst, arc_type):
+    distances = pynini.shortestdistance(fst, delta=1e-9, reverse=True)
+    start = fst.start()
+    if start < 0 or start >= len(distances):
+        return -math.inf
+    return 0.0 - float(distances[start])
+
+
+def ours_total(fsa, arc_type):
+    fst = oracles.to_pynini(*as_data(fsa), arc_type)
+    return openfst_total(fst, arc_type)
+
+
+def pynini_of(data, arc_type):
+    return oracles.to_pynini(*data, arc_type)
+
+
+UNARY = {
+    "invert": (sj.invert, lambda f: f.invert()),
+    "project_input": (lambda f: sj.project(f, "input"), lambda f: f.project("input")),
+    "project_output": (lambda f: sj.project(f, "output"), lambda f: f.project("output")),
+    "arc_sort": (sj.arc_sort, lambda f: f.arcsort("ilabel")),
+    "connect": (sj.connect, lambda f: f.connect()),
+    "reverse": (sj.reverse, pynini.reverse),
+}
+
+
+@SETTINGS
+@given(data=acyclic_fsas(transducer=True, weights=FINITE), name=st.sampled_from(sorted(UNARY)))
+def test_unary_ops_match_openfst_and_brute_force(data, name):
+    ours, theirs = UNARY[name]
+    result = ours(build(data))
+    for arc_type, semiring in (("log", sj.LOG), ("tropical", sj.TROPICAL)):
+        want = openfst_total(theirs(pynini_of(data, arc_type).copy()), arc_type)
+        np.testing.assert_allclose(ours_total(result, arc_type), want, rtol=1e-5, atol=1e-5)
+        got = float(sj.tot_score(result, semiring))
+        brute = oracles.brute_tot_score(*as_data(result), arc_type)
+        np.testing.assert_allclose(got, brute, rtol=1e-9, atol=1e-9)
+        # These ops keep the weighted language, so the total too.
+        np.testing.assert_allclose(got, float(sj.tot_score(build(data), semiring)),
+                                   rtol=1e-9, atol=1e-9)
+
+
+@SETTINGS
+@given(data=acyclic_fsas(transducer=True, weights=FINITE))
+def test_top_sort_orders_arcs_upwards(data):
+    fsa = build(data)
+    src, dst = np.asarray(fsa.src), np.asarray(fsa.dst)
+    if (dst == 0).any():
+        with pytest.raises(ValueError, match="into the start state 0"):
+            sj.top_sort(fsa)
+        return
+    result = sj.top_sort(fsa)
+    assert np.all(np.asarray(result.src) < np.asarray(result.dst))
+    np.testing.assert_allclose(sj.tot_score(result), sj.tot_score(fsa), rtol=1e-9)
+    fst = pynini_of(data, "log").copy()
+    fst.topsort()
+    np.testing.assert_allclose(ours_total(result, "log"), openfst_total(fst, "log"),
+                               rtol=1e-5, atol=1e-5)
+
+
+@SETTINGS
+@given(a=acyclic_fsas(weights=FINITE), b=acyclic_fsas(weights=FINITE),
+       op=st.sampled_from(["union", "concat"]))
+def test_binary_ops_match_openfst(a, b, op):
+    # Acceptors: an empty arc list builds an acceptor, and kinds must match.
+    a, b = build(a, transducer=False), build(b, transducer=False)
+    result = getattr(sj, op)(a, b)
+    a, b = as_data(a), as_data(b)
+    combine = {"union": jnp.logaddexp, "concat": jnp.add}[op]
+    for arc_type, semiring in (("log", sj.LOG), ("tropical", sj.TROPICAL)):
+        theirs = getattr(pynini, op)(pynini_of(a, arc_type), pynini_of(b, arc_type))
+        np.testing.assert_allclose(ours_total(result, arc_type),
+                                   openfst_total(theirs, arc_type), rtol=1e-5, atol=1e-5)
+        if semiring is sj.LOG:
+            want = combine(sj.tot_score(build(a)), sj.tot_score(build(b)))
+            np.testing.assert_allclose(sj.tot_score(result), want, rtol=1e-9, atol=1e-9)
+
+
+@SETTINGS
+@given(data=acyclic_fsas(transducer=True, weights=NEGATIVE))
+def test_closure_matches_openfst_and_is_refused_by_score_ops(data):
+    result = sj.closure(build(data))
+    for arc_type in ("log", "tropical"):
+        theirs = pynini.closure(pynini_of(data, arc_type))
+        np.testing.assert_allclose(ours_total(result, arc_type),
+                                   openfst_total(theirs, arc_type), rtol=1e-4, atol=1e-4)
+    if result.cycle:
+        with pytest.raises(ValueError, match="cycle"):
+            sj.tot_score(result)
+        assert sj.arc_sort(result).cycle  # structural ops still take it
+
+
+def test_gradients_flow_through_every_op():
+    a = build((3, [(0, 1, 1, 2, 0.3), (1, 2, 3, 3, -0.2), (0, 2, 2, 1, 0.1)], {2: 0.2, 1: -1.0}))
+    b = build((2, [(0, 1, 4, 4, -0.4), (0, 1, 5, 5, 0.6)], {1: 0.0}))
+    ops = [sj.invert, sj.project, sj.arc_sort, sj.top_sort, sj.connect, sj.reverse,
+           lambda f: sj.union(f, b), lambda f: sj.concat(b, f)]
+    for op in ops:
+        def total(w, f, op=op):
+            return sj.tot_score(op(a.replace(weight=w, final_weight=f)))
+        check_grads(total, (a.weight, a.final_weight), order=1, modes=("rev",))
+
+
+def test_ops_run_under_jit_with_traced_weights():
+    a = build((3, [(0, 1, 1, 2, 0.3), (1, 2, 3, 3, -0.2)], {2: 0.2}))
+    jitted = jax.jit(lambda w: sj.tot_score(sj.reverse(sj.connect(a.replace(weight=w)))))
+    np.testing.assert_allclose(jitted(a.weight), sj.tot_score(a), rtol=1e-12)
+
+
+def test_batched_operands_give_the_same_as_one_by_one():
+    fsas = [build((3, [(0, 1, 1, 1, 0.3), (1, 2, 2, 2, -0.2)], {2: 0.0})),
+            build((2, [(0, 1, 3, 3, 0.5)], {1: 0.1, 0: -2.0}))]
+    batch = sj.stack(fsas)
+    for op in (sj.reverse, sj.connect, sj.invert, lambda f: sj.union(f, f)):
+        np.testing.assert_allclose(sj.tot_score(op(batch)),
+                                   [float(sj.tot_score(op(fsa))) for fsa in fsas], rtol=1e-12)
+
+
+def test_bad_input_is_named():
+    acceptor = sj.linear_fsa([1, 2])
+    transducer = sj.Fsa.from_arcs([(0, 1, 1, 2, 0.0)], final=[1])
+    with pytest.raises(ValueError, match="operand 1 is a transducer"):
+        sj.union(acceptor, transducer)
+    with pytest.raises(ValueError, match="operand 1 has float64"):
+        sj.concat(acceptor, sj.linear_fsa([1], dtype=np.float64))
+    with pytest.raises(ValueError, match="state 1 lies on a cycle"):
+        sj.top_sort(sj.Fsa.from_arcs([(0, 1, 1, 0.0), (1, 2, 1, 0.0), (2, 1, 1, 0.0)],
+                                     final=[2]))
+    with pytest.raises(ValueError, match="side must be"):
+        sj.project(acceptor, "left")
+    with pytest.raises(ValueError, match="by must be"):
+        sj.arc_sort(acceptor, "weight")
+    with pytest.raises(ValueError, match="traced"):
+        jax.jit(lambda src: sj.connect(acceptor.replace(src=src)))(acceptor.src)

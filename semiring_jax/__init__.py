@@ -3,8 +3,8 @@
 The public API (see API.md); everything else lives in `semiring_jax._src`.
 """
 
-from semiring_jax._src.algorithms import (arc_sort, closure, concat, connect, invert, project,
-                                          reverse, top_sort, union)
+from semiring_jax._src.algorithms import (arc_sort, closure, compose, concat, connect,
+                                          intersect, invert, project, reverse, top_sort, union)
 from semiring_jax._src.batch import stack, unstack
 from semiring_jax._src.best_path import best_path
 from semiring_jax._src.ctc import ctc_graph, ctc_loss, ctc_topo, forced_align
@@ -28,6 +28,7 @@ __all__ = [
     "backward_scores",
     "best_path",
     "closure",
+    "compose",
     "concat",
     "connect",
     "ctc_graph",
@@ -36,6 +37,7 @@ __all__ = [
     "dense_tot_score",
     "forced_align",
     "forward_scores",
+    "intersect",
     "intersect_dense",
     "invert",
     "linear_fsa",

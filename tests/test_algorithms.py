@@ -178,3 +178,68 @@ def test_bad_input_is_named():
         sj.arc_sort(acceptor, "weight")
     with pytest.raises(ValueError, match="traced"):
         jax.jit(lambda src: sj.connect(acceptor.replace(src=src)))(acceptor.src)
+
+
+def _strings(data, side):
+    """{label string without epsilons: [path scores]} of the successful paths."""
+    num_states, arcs, final = data
+    out = {}
+    for path in oracles.enumerate_paths(num_states, arcs, final):
+        labels = tuple(arcs[i][2 if side == "input" else 3] for i in path[0])
+        labels = tuple(label for label in labels if label != 0)
+        out.setdefault(labels, []).append(path[1])
+    return out
+
+
+def _brute_compose_total(a, b, semiring):
+    """⊕ over pairs of successful paths whose strings match (a's output, b's input)."""
+    a_out, b_in = _strings(a, "output"), _strings(b, "input")
+    scores = [x + y for key in a_out.keys() & b_in.keys() for x in a_out[key] for y in b_in[key]]
+    return oracles._plus(scores, semiring)
+
+
+@SETTINGS
+@given(a=acyclic_fsas(transducer=True, weights=FINITE),
+       b=acyclic_fsas(transducer=True, weights=FINITE))
+def test_compose_matches_openfst_and_brute_force(a, b):
+    result = sj.compose(build(a), build(b))
+    for arc_type, semiring in (("log", sj.LOG), ("tropical", sj.TROPICAL)):
+        theirs = pynini.compose(pynini_of(a, arc_type), pynini_of(b, arc_type))
+        np.testing.assert_allclose(ours_total(result, arc_type), openfst_total(theirs, arc_type),
+                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(float(sj.tot_score(result, semiring)),
+                                   _brute_compose_total(a, b, arc_type), rtol=1e-9, atol=1e-9)
+
+
+@SETTINGS
+@given(a=acyclic_fsas(weights=FINITE), b=acyclic_fsas(weights=FINITE))
+def test_intersect_matches_openfst(a, b):
+    fa, fb = build(a, transducer=False), build(b, transducer=False)
+    result = sj.intersect(fa, fb)
+    assert result.is_acceptor
+    a, b = as_data(fa), as_data(fb)
+    for arc_type in ("log", "tropical"):
+        theirs = pynini.intersect(pynini_of(a, arc_type), pynini_of(b, arc_type))
+        np.testing.assert_allclose(ours_total(result, arc_type), openfst_total(theirs, arc_type),
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_ctc_topology_composed_with_labels_is_the_ctc_graph():
+    labels = [1, 1, 2]
+    linear = sj.Fsa.from_arcs([(i, i + 1, label, 0.0) for i, label in enumerate(labels)],
+                              final=[len(labels)])
+    graph = sj.compose(sj.ctc_topo(3), linear)
+    log_probs = jax.nn.log_softmax(jnp.asarray(np.random.default_rng(0).normal(size=(1, 9, 3)),
+                                               jnp.float32))
+    np.testing.assert_allclose(
+        sj.dense_tot_score(graph, log_probs),
+        -sj.ctc_loss(log_probs, np.array([9]), np.array([labels]), np.array([3])), rtol=1e-5)
+
+
+def test_compose_gradients_and_kinds():
+    a = build((2, [(0, 1, 1, 2, 0.3), (0, 1, 1, 0, -0.2)], {1: 0.1}))
+    b = build((3, [(0, 1, 2, 5, 0.4), (1, 2, 0, 6, 0.2), (0, 2, 2, 7, -0.5)], {2: 0.0}))
+    check_grads(lambda w, v: sj.tot_score(sj.compose(a.replace(weight=w), b.replace(weight=v))),
+                (a.weight, b.weight), order=1, modes=("rev",))
+    with pytest.raises(ValueError, match="operand 0 is a transducer"):
+        sj.intersect(a, sj.linear_fsa([1], dtype=np.float64))

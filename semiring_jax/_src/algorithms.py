@@ -23,9 +23,10 @@ from semiring_jax._src import checks
 from semiring_jax._src.batch import stack, unstack
 from semiring_jax._src.fsa import Fsa, assemble
 from semiring_jax._src.host import build, structure
+from semiring_jax._src.host import compose as host_compose
 
 __all__ = ["invert", "project", "arc_sort", "top_sort", "connect", "reverse", "union",
-           "concat", "closure"]
+           "concat", "closure", "compose", "intersect"]
 
 
 def _parts(fsa: Fsa, fn: str) -> structure.Parts:
@@ -54,15 +55,18 @@ def _assemble(operands: Sequence[Fsa], result: structure.Result) -> Fsa:
         result.ilabel.astype(np.int32), result.olabel.astype(np.int32),
         np.zeros(result.src.shape[0], dtype), np.full(result.num_states, -np.inf, dtype),
         result.is_acceptor)
-    return assemble(placeholder).replace(weight=sources[result.arc_source],
-                                         final_weight=sources[result.final_source])
+    # A result weight is the product (sum of scores) of its sources.
+    combine = lambda index: (sources[index] if index.ndim == 1
+                             else jnp.sum(sources[index], axis=-1))
+    return assemble(placeholder).replace(weight=combine(result.arc_source),
+                                         final_weight=combine(result.final_source))
 
 
-def _check_operands(operands: Sequence[Fsa], fn: str) -> None:
+def _check_operands(operands: Sequence[Fsa], fn: str, same_kind: bool = True) -> None:
     for i, fsa in enumerate(operands):
         if not isinstance(fsa, Fsa):
             raise TypeError(f"{fn}: operand {i} is a {type(fsa).__name__}, not an Fsa")
-        if fsa.is_acceptor != operands[0].is_acceptor:
+        if same_kind and fsa.is_acceptor != operands[0].is_acceptor:
             kinds = ["a transducer", "an acceptor"]
             raise ValueError(f"{fn}: operand {i} is {kinds[fsa.is_acceptor]} but operand 0 "
                              f"is {kinds[operands[0].is_acceptor]}")
@@ -74,12 +78,12 @@ def _check_operands(operands: Sequence[Fsa], fn: str) -> None:
                              f"operand 0 has {operands[0].batch_shape}")
 
 
-def _apply(fn: str, operands: Sequence[Fsa], make) -> Fsa:
+def _apply(fn: str, operands: Sequence[Fsa], make, same_kind: bool = True) -> Fsa:
     """`make(parts)` on unbatched operands, entry by entry on batched ones."""
-    _check_operands(operands, fn)
+    _check_operands(operands, fn, same_kind)
     if operands[0].batch_shape:
         entries = zip(*(unstack(fsa) for fsa in operands))
-        return stack([_apply(fn, list(entry), make) for entry in entries])
+        return stack([_apply(fn, list(entry), make, same_kind) for entry in entries])
     result = make([_parts(fsa, fn) for fsa in operands])
     return _assemble(operands, result)
 
@@ -273,3 +277,61 @@ def closure(fsa: Fsa) -> Fsa:
       Fsa(acceptor, num_states=3, num_arcs=3, cyclic)
     """
     return _apply("closure", [fsa], lambda parts: structure.closure(parts[0]))
+
+
+def compose(a: Fsa, b: Fsa) -> Fsa:
+    """The composition a ∘ b: a's output labels meet b's input labels.
+
+    A path of the result pairs a path of `a` and one of `b` whose labels
+    match (label 0 is epsilon: each operand's epsilon moves are made alone,
+    in one fixed order, OpenFst's sequence filter, so that no pair of paths
+    counts twice); its weight is the sum of the two paths' weights (⊗).
+    The result holds only states on a successful path; its states are
+    numbered in the order they are first reached from (0, 0). An acceptor
+    acts as the identity transducer of its labels.
+
+    Args:
+      a, b: Fsas (acceptors or transducers, cyclic allowed) of one dtype,
+        both unbatched or batched alike.
+    Returns:
+      A transducer: input labels of `a`, output labels of `b`.
+    Raises:
+      ValueError: for dtypes or batch shapes that differ.
+    Examples:
+      >>> import semiring_jax as sj
+      >>> a = sj.Fsa.from_arcs([(0, 1, 1, 2, 0.5)], final=[1])
+      >>> b = sj.Fsa.from_arcs([(0, 1, 2, 3, 0.25), (0, 1, 4, 4, 1.0)], final=[1])
+      >>> c = sj.compose(a, b)
+      >>> print(c.ilabel, c.olabel, c.weight)
+      [1] [3] [0.75]
+    """
+    return _apply("compose", [a, b], lambda parts: host_compose.compose(*parts),
+                  same_kind=False)
+
+
+def intersect(a: Fsa, b: Fsa) -> Fsa:
+    """The intersection of two acceptors: the paths whose label sequences
+    both accept, weighted by the sum of the two weights (⊗). Label 0 is
+    epsilon (as in `compose`, of which this is the acceptor case).
+
+    Args:
+      a, b: acceptors of one dtype, both unbatched or batched alike.
+    Returns:
+      An acceptor, trimmed to states on a successful path.
+    Raises:
+      ValueError: if an operand is a transducer, or for dtypes or batch
+        shapes that differ.
+    Examples:
+      >>> import semiring_jax as sj
+      >>> a = sj.Fsa.from_arcs([(0, 1, 1, 0.5), (0, 1, 2, 0.0)], final=[1])
+      >>> b = sj.Fsa.from_arcs([(0, 1, 2, 0.25)], final=[1])
+      >>> c = sj.intersect(a, b)
+      >>> print(c.label, c.weight, c.is_acceptor)
+      [2] [0.25] True
+    """
+    for i, fsa in enumerate((a, b)):
+        if isinstance(fsa, Fsa) and not fsa.is_acceptor:
+            raise ValueError(f"intersect: operand {i} is a transducer; intersect takes "
+                             f"acceptors (use compose for transducers)")
+    return _apply("intersect", [a, b],
+                  lambda parts: host_compose.compose(*parts)._replace(is_acceptor=True))

@@ -1,14 +1,17 @@
 """Result structures of the simple structural algorithms (numpy only).
 
 Each function takes FSA structure (`Parts`, real arcs only) and returns the
-result's structure plus, for every result arc and final state, the *source*
-of its weight: an index into the operands' weights laid end to end as
+result's structure plus, for every result arc and final state, the
+*sources* of its weight: indices into the operands' weights laid end to end
+as
 
     [arc weights of operand 0, final weights of operand 0, arc weights of
      operand 1, final weights of operand 1, ..., ZERO, ONE]
 
-(`Sources` computes the offsets). The weights themselves are then gathered in
-JAX (`algorithms.py`), so they stay differentiable. Nothing here looks at a
+(`Sources` computes the offsets). A result weight is the ⊗-product (sum of
+scores) of its sources: one for most ops, two where composition pairs an
+arc of each operand (the second is ONE otherwise). The weights themselves
+are then gathered in JAX (`algorithms.py`), so they stay differentiable. Nothing here looks at a
 weight value: which states are final is structure (final weight > -inf).
 """
 
@@ -44,8 +47,8 @@ class Result(NamedTuple):
     dst: np.ndarray
     ilabel: np.ndarray
     olabel: np.ndarray
-    arc_source: np.ndarray  # [A'] indices into the sources
-    final_source: np.ndarray  # [S'] indices into the sources (ZERO: not final)
+    arc_source: np.ndarray  # [A'] or [A', 2] indices into the sources
+    final_source: np.ndarray  # [S'] or [S', 2] (ZERO: not final)
     is_acceptor: bool
 
 

@@ -1,0 +1,101 @@
+"""Composition of two transducers with epsilons (numpy only).
+
+The result's states are triples (state of a, state of b, filter). Label 0
+is epsilon. A path of the result pairs a path of `a` and a path of `b` whose
+labels match (a's output against b's input), with each operand's epsilon
+moves made alone. Without a filter, k epsilon moves of `a` and m of `b`
+between two matched labels could interleave in (k + m choose k) ways and
+the result would count such paths that many times. The *sequence filter*
+(OpenFst's default) allows one order only: a's epsilon moves first (filter
+0), then b's (filter 1, after which a may not move alone until the next
+match resets the filter to 0).
+
+Only pair states reachable from (0, 0, 0) are built, then the result is
+trimmed to states on a successful path (`structure.connect`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+
+import numpy as np
+
+from semiring_jax._src.host import structure
+from semiring_jax._src.host.structure import Parts, Result, Sources
+
+__all__ = ["compose"]
+
+
+def _leaving(parts: Parts, labels: np.ndarray) -> list[dict]:
+    """For each state, {label: [arc indices]} of its arcs (arc order kept)."""
+    table = [defaultdict(list) for _ in range(parts.num_states)]
+    for arc, (state, label) in enumerate(zip(parts.src.tolist(), labels.tolist())):
+        table[state][label].append(arc)
+    return table
+
+
+def compose(a: Parts, b: Parts) -> Result:
+    """The composition a ∘ b (a's output labels meet b's input labels).
+
+    Returns:
+      The trimmed result; its arcs and final states carry two weight
+      sources each (a's and b's; ONE for the side that does not move).
+    """
+    sources = Sources.of([a, b])
+    a_out, b_in = _leaving(a, a.olabel), _leaving(b, b.ilabel)
+    a_final, b_final = sources.finals(a, 0), sources.finals(b, 1)
+    ids = {(0, 0, 0): 0}
+    queue = deque([(0, 0, 0)])
+    arcs = []  # (src, dst, ilabel, olabel, source a, source b)
+    final = [(sources.zero, sources.zero)]
+
+    def target(state) -> int:
+        if state not in ids:
+            ids[state] = len(ids)
+            final.append((sources.zero, sources.zero))
+            queue.append(state)
+        return ids[state]
+
+    while queue:
+        state = queue.popleft()
+        s1, s2, fresh = state
+        here = ids[state]
+        if a.is_final[s1] and b.is_final[s2]:
+            final[here] = (int(a_final[s1]), int(b_final[s2]))
+        for label, arcs1 in a_out[s1].items():
+            if label == 0:
+                if fresh == 0:  # a's epsilon moves come first
+                    for i in arcs1:
+                        arcs.append((here, target((int(a.dst[i]), s2, 0)), int(a.ilabel[i]), 0,
+                                     sources.arc_offsets[0] + i, sources.one))
+                continue
+            for i in arcs1:
+                for j in b_in[s2].get(label, ()):
+                    arcs.append((here, target((int(a.dst[i]), int(b.dst[j]), 0)),
+                                 int(a.ilabel[i]), int(b.olabel[j]), sources.arc_offsets[0] + i,
+                                 sources.arc_offsets[1] + j))
+        for j in b_in[s2].get(0, ()):  # then b's epsilon moves
+            arcs.append((here, target((s1, int(b.dst[j]), 1)), 0, int(b.olabel[j]), sources.one,
+                         sources.arc_offsets[1] + j))
+    columns = np.array(arcs, np.int64).reshape(-1, 6)
+    built = Result(len(ids), columns[:, 0], columns[:, 1], columns[:, 2], columns[:, 3],
+                   columns[:, 4:6], np.array(final, np.int64), False)
+    return trimmed(built, sources)
+
+
+def trimmed(result: Result, sources: Sources) -> Result:
+    """`result` with only the states on a successful path (start kept)."""
+    is_final = result.final_source[:, 0] != sources.zero
+    if result.final_source.ndim == 2:
+        is_final &= result.final_source[:, 1] != sources.zero
+    parts = Parts(result.num_states, result.src, result.dst, result.ilabel, result.olabel,
+                  is_final, result.is_acceptor)
+    kept = structure.connect(parts)  # its sources index `result`'s arcs and finals
+    arc_rows = kept.arc_source  # arc indices of `result` (one operand, offset 0)
+    final_rows = kept.final_source - result.src.shape[0]  # state indices, or beyond
+    zero_row = np.full((1,) + result.final_source.shape[1:], sources.zero, np.int64)
+    padded_final = np.concatenate([result.final_source, zero_row])
+    final_rows = np.where((final_rows >= 0) & (final_rows < result.num_states), final_rows,
+                          result.num_states)
+    return kept._replace(arc_source=result.arc_source[arc_rows],
+                         final_source=padded_final[final_rows])

@@ -4,7 +4,8 @@ The public API (see API.md); everything else lives in `semiring_jax._src`.
 """
 
 from semiring_jax._src.algorithms import (arc_sort, closure, compose, concat, connect,
-                                          intersect, invert, project, reverse, top_sort, union)
+                                          intersect, invert, project, prune, reverse, top_sort,
+                                          union)
 from semiring_jax._src.batch import stack, unstack
 from semiring_jax._src.best_path import best_path
 from semiring_jax._src.ctc import ctc_graph, ctc_loss, ctc_topo, forced_align
@@ -42,6 +43,7 @@ __all__ = [
     "invert",
     "linear_fsa",
     "project",
+    "prune",
     "reverse",
     "semiring",
     "stack",

@@ -243,3 +243,30 @@ def test_compose_gradients_and_kinds():
                 (a.weight, b.weight), order=1, modes=("rev",))
     with pytest.raises(ValueError, match="operand 0 is a transducer"):
         sj.intersect(a, sj.linear_fsa([1], dtype=np.float64))
+
+
+@SETTINGS
+@given(data=acyclic_fsas(weights=FINITE), beam=st.sampled_from([0.0, 0.5, 2.0, math.inf]))
+def test_prune_matches_openfst(data, beam):
+    fsa = build(data, transducer=False)
+    result = sj.prune(fsa, beam)
+    data = as_data(fsa)
+    theirs = pynini.prune(pynini_of(data, "tropical"), weight=beam, delta=1e-9) \
+        if beam < math.inf else pynini_of(data, "tropical").connect()
+    # The best path survives, and with it the same LOG mass as OpenFst keeps.
+    np.testing.assert_allclose(float(sj.tot_score(result, sj.TROPICAL)),
+                               float(sj.tot_score(fsa, sj.TROPICAL)), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(ours_total(result, "log"),
+                               openfst_total(_as_log(theirs), "log"), rtol=1e-4, atol=1e-4)
+
+
+def _as_log(fst):
+    return pynini.arcmap(fst, map_type="to_log")
+
+
+def test_prune_refuses_traced_weights():
+    fsa = sj.linear_fsa([1, 2])
+    with pytest.raises(ValueError, match="weight is a traced value"):
+        jax.jit(lambda w: sj.prune(fsa.replace(weight=w), 1.0).weight)(fsa.weight)
+    with pytest.raises(ValueError, match="beam must be >= 0"):
+        sj.prune(fsa, -1.0)

@@ -22,11 +22,12 @@ import numpy as np
 from semiring_jax._src import checks
 from semiring_jax._src.batch import stack, unstack
 from semiring_jax._src.fsa import Fsa, assemble
+from semiring_jax._src.semiring import TROPICAL
 from semiring_jax._src.host import build, structure
 from semiring_jax._src.host import compose as host_compose
 
 __all__ = ["invert", "project", "arc_sort", "top_sort", "connect", "reverse", "union",
-           "concat", "closure", "compose", "intersect"]
+           "concat", "closure", "compose", "intersect", "prune"]
 
 
 def _parts(fsa: Fsa, fn: str) -> structure.Parts:
@@ -335,3 +336,51 @@ def intersect(a: Fsa, b: Fsa) -> Fsa:
                              f"acceptors (use compose for transducers)")
     return _apply("intersect", [a, b],
                   lambda parts: host_compose.compose(*parts)._replace(is_acceptor=True))
+
+
+def prune(fsa: Fsa, beam: float) -> Fsa:
+    """Drops the arcs (and final states) whose best path through them scores
+    more than `beam` below the best path, then trims the rest (`connect`).
+
+    Unlike the other structural ops, the result's structure depends on
+    weight values, so the weights must be concrete (not traced); the kept
+    weights are still gathered in JAX. An arc survives when α[src] + weight
+    + β[dst] >= best - beam (TROPICAL forward and backward scores), so
+    `beam=0` keeps the best paths (all of them, on ties) and `beam=inf`
+    keeps every arc on a successful path.
+
+    Args:
+      fsa: an acyclic Fsa, single or batched, with concrete weights.
+      beam: float >= 0, in score units.
+    Returns:
+      The pruned Fsa; the start alone if no path succeeds.
+    Raises:
+      ValueError: for traced weights, a negative or NaN beam, or a cycle
+        (naming a state on it).
+    Examples:
+      >>> import semiring_jax as sj
+      >>> fsa = sj.Fsa.from_arcs([(0, 1, 1, 0.0), (0, 1, 2, -3.0), (1, 2, 3, 0.0)],
+      ...                        final=[2])
+      >>> print(sj.prune(fsa, 1.0).label, sj.prune(fsa, 5.0).label)
+      [1 3] [1 2 3]
+    """
+    from semiring_jax._src.tot_score import backward_scores, check_scorable, forward_scores
+
+    if not beam >= 0:
+        raise ValueError(f"prune: beam must be >= 0, got {beam}")
+    check_scorable(fsa, "prune")
+    for name in ("weight", "final_weight"):
+        checks.check_not_traced(getattr(fsa, name), name, "prune")
+
+    if fsa.batch_shape:
+        return stack([prune(entry, beam) for entry in unstack(fsa)])
+    alpha = np.asarray(forward_scores(fsa, TROPICAL), np.float64)
+    beta = np.asarray(backward_scores(fsa, TROPICAL), np.float64)
+    real = np.flatnonzero(np.asarray(fsa.arc_mask))
+    src, dst = np.asarray(fsa.src)[real], np.asarray(fsa.dst)[real]
+    best = beta[0]
+    threshold = best - beam if best > -np.inf else np.inf  # no path: keep nothing
+    keep_arc = alpha[src] + np.asarray(fsa.weight, np.float64)[real] + beta[dst] >= threshold
+    keep_final = alpha + np.asarray(fsa.final_weight, np.float64) >= threshold
+    return _apply("prune", [fsa],
+                  lambda parts: structure.prune(parts[0], keep_arc, keep_final))

@@ -24,7 +24,7 @@ import numpy as np
 from semiring_jax._src.host import levels as levels_lib
 
 __all__ = ["Parts", "Result", "Sources", "invert", "project", "arc_sort", "top_sort",
-           "connect", "reverse", "union", "concat", "closure"]
+           "connect", "reverse", "union", "concat", "closure", "prune"]
 
 
 class Parts(NamedTuple):
@@ -263,3 +263,18 @@ def closure(parts: Parts) -> Result:
     final_source = np.concatenate([[sources.one], sources.finals(parts, 0)])
     return _with_arcs(parts.num_states + 1, base, extra, final_source, parts.is_acceptor,
                       extra_first=True)
+
+
+def prune(parts: Parts, keep_arc: np.ndarray, keep_final: np.ndarray) -> Result:
+    """Only the arcs and final states kept (bool [A], [S]), then `connect`."""
+    sources = Sources.of([parts])
+    arcs = np.flatnonzero(keep_arc)
+    kept = Parts(parts.num_states, parts.src[arcs], parts.dst[arcs], parts.ilabel[arcs],
+                 parts.olabel[arcs], parts.is_final & keep_final, parts.is_acceptor)
+    trimmed = connect(kept)
+    # Map the trimmed result's sources (into `kept`) back to `parts`.
+    final_state = trimmed.final_source - arcs.size  # a state of `kept`, or S for none
+    final_source = np.where(final_state < parts.num_states,
+                            sources.final_offsets[0] + final_state, sources.zero)
+    return trimmed._replace(arc_source=sources.arc_offsets[0] + arcs[trimmed.arc_source],
+                            final_source=final_source)

@@ -270,3 +270,32 @@ def test_prune_refuses_traced_weights():
         jax.jit(lambda w: sj.prune(fsa.replace(weight=w), 1.0).weight)(fsa.weight)
     with pytest.raises(ValueError, match="beam must be >= 0"):
         sj.prune(fsa, -1.0)
+
+
+@SETTINGS
+@given(data=acyclic_fsas(transducer=True, weights=FINITE))
+def test_remove_epsilon_matches_openfst(data):
+    fsa = build(data)
+    for arc_type, semiring in (("log", sj.LOG), ("tropical", sj.TROPICAL)):
+        result = sj.remove_epsilon(fsa, semiring)
+        labels = np.stack([np.asarray(result.ilabel), np.asarray(result.olabel)])
+        assert not np.any((labels[0] == 0) & (labels[1] == 0)), "an epsilon arc is left"
+        np.testing.assert_allclose(float(sj.tot_score(result, semiring)),
+                                   float(sj.tot_score(fsa, semiring)), rtol=1e-9, atol=1e-9)
+        theirs = pynini.rmepsilon(pynini_of(data, arc_type))
+        np.testing.assert_allclose(ours_total(result, arc_type), openfst_total(theirs, arc_type),
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_remove_epsilon_gradients_batches_and_cycles():
+    a = build((4, [(0, 1, 0, 0, 0.3), (0, 2, 0, 0, -0.1), (1, 2, 0, 0, 0.2), (2, 3, 5, 5, 0.4),
+                   (1, 3, 6, 6, -0.3)], {3: 0.1, 2: -0.5}))
+    check_grads(lambda w, f: sj.tot_score(sj.remove_epsilon(a.replace(weight=w, final_weight=f))),
+                (a.weight, a.final_weight), order=1, modes=("rev",))
+    b = build((2, [(0, 1, 0, 0, 0.5), (1, 1, 3, 3, -1.0)], {1: 0.0}))  # cyclic, epsilon-free loop
+    assert sj.remove_epsilon(b).cycle
+    batch = sj.stack([a, sj.connect(a)])
+    np.testing.assert_allclose(sj.tot_score(sj.remove_epsilon(batch)),
+                               [float(sj.tot_score(a))] * 2, rtol=1e-12)
+    with pytest.raises(ValueError, match="cycle of epsilon arcs"):
+        sj.remove_epsilon(build((2, [(0, 1, 0, 0, 0.0), (1, 0, 0, 0, 0.0)], {1: 0.0})))

@@ -1,0 +1,91 @@
+"""`remove_epsilon`: an equivalent FSA without epsilon arcs (label 0 both sides).
+
+The structure comes from `host/epsilon.py`; the epsilon-closure weights
+d(p, q) are the forward scores of its pair graph (`tot_score`'s level
+scan), so the result's weights are JAX expressions of the input's, under
+`jax.grad` and `jax.jit` alike.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from semiring_jax._src.algorithms import _check_operands, _parts
+from semiring_jax._src.batch import stack, unstack
+from semiring_jax._src.fsa import Fsa, assemble
+from semiring_jax._src.host import build, epsilon, structure
+from semiring_jax._src.semiring import LOG, Semiring
+from semiring_jax._src.tot_score import forward_scores
+
+__all__ = ["remove_epsilon"]
+
+
+def _placeholder(num_states, src, dst, ilabel, olabel, dtype, is_acceptor) -> Fsa:
+    as32 = lambda values: np.asarray(values, np.int32)
+    return assemble(build.ArcArrays(
+        num_states, as32(src), as32(dst), as32(ilabel), as32(olabel),
+        np.zeros(len(src), dtype), np.full(num_states, -np.inf, dtype), is_acceptor))
+
+
+def remove_epsilon(fsa: Fsa, semiring: Semiring = LOG) -> Fsa:
+    """An equivalent FSA without epsilon arcs (label 0 on both sides).
+
+    Each state p takes over the non-epsilon arcs and the final weights of the
+    states q it reaches by epsilon arcs alone, weighted by d(p, q), the ⊕
+    over those epsilon paths (LOG: log-sum; TROPICAL: the best). The result
+    is trimmed to states on a successful path (start kept), numbered as in
+    the input. Its total score equals the input's in `semiring`.
+
+    Args:
+      fsa: an Fsa (cyclic allowed, but its epsilon arcs must not form a
+        cycle), single or batched; structure concrete, weights may be traced.
+      semiring: LOG (default) or TROPICAL: how parallel epsilon paths add up.
+    Returns:
+      An epsilon-free Fsa of the same kind.
+    Raises:
+      ValueError: if the epsilon arcs form a cycle (naming a state on it).
+    Examples:
+      >>> import semiring_jax as sj
+      >>> fsa = sj.Fsa.from_arcs([(0, 1, 0, 0.5), (1, 2, 7, 0.25)], final=[2])
+      >>> out = sj.remove_epsilon(fsa)
+      >>> print(out.label, out.weight)
+      [7] [0.75]
+    """
+    _check_operands([fsa], "remove_epsilon")
+    if fsa.batch_shape:
+        return stack([remove_epsilon(entry, semiring) for entry in unstack(fsa)])
+    parts = _parts(fsa, "remove_epsilon")
+    tables, cycle = epsilon.epsilon_removal(parts)
+    if cycle:
+        path = " -> ".join(str(state) for state in cycle)
+        raise ValueError(f"remove_epsilon: state {cycle[0]} lies on a cycle of epsilon arcs "
+                         f"({path}); its closure would be an infinite sum")
+    dtype = fsa.dtype
+    real = np.flatnonzero(np.asarray(fsa.arc_mask))
+    weight = jnp.asarray(fsa.weight)[real]
+    # Epsilon-closure weights d(p, q): forward scores of the pair graph.
+    pair_weight = jnp.append(weight, jnp.asarray(semiring.one, dtype))[tables.pair_arc]
+    zeros = np.zeros(len(tables.pair_src), np.int64)
+    pair_graph = _placeholder(tables.num_pairs + 1, tables.pair_src, tables.pair_dst, zeros,
+                              zeros, dtype, True).replace(weight=pair_weight)
+    closure = forward_scores(pair_graph, semiring)[1:]  # [P]
+    closure = jnp.append(closure, jnp.asarray(semiring.zero, dtype))  # pair P: none
+    arc_weight = semiring.times(closure[tables.arc_pair], weight[tables.arc_input])
+    final_weight = semiring.sum(semiring.times(closure[tables.final_pairs],
+                                               jnp.asarray(fsa.final_weight)[tables.final_states]),
+                                axis=1)
+    # Trim, as OpenFst's RmEpsilon does: states only reached through removed
+    # epsilons, or that reach no final state, go.
+    is_final = tables.final_pairs[:, 0] < tables.num_pairs
+    kept = structure.connect(structure.Parts(
+        parts.num_states, tables.src, tables.dst, tables.ilabel, tables.olabel, is_final,
+        fsa.is_acceptor))
+    num_arcs = tables.src.shape[0]
+    final_state = kept.final_source - num_arcs  # a state, or S for not final
+    final_ext = jnp.append(final_weight, jnp.asarray(-jnp.inf, dtype))
+    result = _placeholder(kept.num_states, kept.src, kept.dst, kept.ilabel, kept.olabel, dtype,
+                          fsa.is_acceptor)
+    return result.replace(weight=arc_weight[kept.arc_source],
+                          final_weight=final_ext[np.minimum(final_state, parts.num_states)])

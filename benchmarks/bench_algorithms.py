@@ -1,0 +1,155 @@
+"""Benchmark: structural algorithms against OpenFst (pynini) in the same run.
+
+Workloads (numpy default_rng(SEED), N(0, 1) scores):
+
+  * compose: a lexicon-like transducer of ~1,000 states (200 words of 3-8
+    phones: the word is output on a word's first arc, epsilon after; every
+    word ends back in the start state, so it is cyclic) composed with a
+    grammar-like acceptor over the words with 10,000 arcs (1,000 states, a
+    random sparse bigram, cyclic);
+  * remove_epsilon: a random acyclic FSA of 3,000 states and 12,000 arcs,
+    a third of them epsilon arcs.
+
+`determinize` is not built yet, so it is not timed. Each row gives the
+median wall time of ours (host structure plus the weights gathered in JAX,
+blocked until ready) and of OpenFst's C++ through pynini (including the
+conversion of its result to a Python object, nothing else), the ratio, the
+result sizes of both, and whether ours is within the goal of 10x OpenFst.
+
+Run:
+    .venv/bin/python benchmarks/bench_algorithms.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import jax
+import numpy as np
+import pynini
+
+import semiring_jax as sj
+
+SEED = 20240611
+GOAL = 10.0
+
+
+def lexicon(rng: np.random.Generator, num_words: int = 200, num_phones: int = 40):
+    """Arcs (src, dst, phone, word, score) of a cyclic lexicon; start 0 final."""
+    arcs, next_state = [], 1
+    for word in range(1, num_words + 1):
+        length = int(rng.integers(3, 9))
+        states = [0] + list(range(next_state, next_state + length - 1)) + [0]
+        next_state += length - 1
+        for i in range(length):
+            arcs.append((states[i], states[i + 1], int(rng.integers(1, num_phones + 1)),
+                         word if i == 0 else 0, float(rng.normal())))
+    return next_state, arcs, {0: 0.0}
+
+
+def grammar(rng: np.random.Generator, num_states: int = 1000, num_arcs: int = 10000,
+            num_words: int = 200):
+    """Arcs (src, dst, word, word, score) of a cyclic random bigram acceptor."""
+    src = rng.integers(0, num_states, num_arcs)
+    dst = rng.integers(0, num_states, num_arcs)
+    words = rng.integers(1, num_words + 1, num_arcs)
+    arcs = [(int(s), int(d), int(w), int(w), float(x))
+            for s, d, w, x in zip(src, dst, words, rng.normal(size=num_arcs))]
+    final = {int(s): float(x) for s, x in zip(rng.choice(num_states, 50, replace=False),
+                                             rng.normal(size=50))}
+    return num_states, arcs, final
+
+
+def epsilon_dag(rng: np.random.Generator, num_states: int = 3000, num_arcs: int = 12000):
+    """Arcs of a random acyclic FSA, a third of them epsilon."""
+    src = rng.integers(0, num_states - 1, num_arcs)
+    dst = src + 1 + rng.integers(0, 20, num_arcs)
+    dst = np.minimum(dst, num_states - 1)
+    labels = np.where(rng.random(num_arcs) < 1 / 3, 0, rng.integers(1, 30, num_arcs))
+    arcs = [(int(s), int(d), int(l), int(l), float(x))
+            for s, d, l, x in zip(src, dst, labels, rng.normal(size=num_arcs))]
+    arcs += [(i, i + 1, 1, 1, 0.0) for i in range(num_states - 1)]  # everything connected
+    return num_states, arcs, {num_states - 1: 0.0}
+
+
+def ours_fsa(data, transducer=True) -> sj.Fsa:
+    num_states, arcs, final = data
+    rows = arcs if transducer else [(s, d, i, w) for s, d, i, _, w in arcs]
+    return sj.Fsa.from_arcs(rows, final, num_states=num_states)
+
+
+def openfst_fst(data) -> pynini.Fst:
+    num_states, arcs, final = data
+    fst = pynini.Fst(arc_type="log")
+    weight_type = fst.weight_type()
+    for _ in range(num_states):
+        fst.add_state()
+    fst.set_start(0)
+    for src, dst, ilabel, olabel, score in arcs:
+        fst.add_arc(src, pynini.Arc(ilabel, olabel, pynini.Weight(weight_type, -score), dst))
+    for state, score in final.items():
+        fst.set_final(state, pynini.Weight(weight_type, -score))
+    return fst
+
+
+def median_seconds(fn, runs: int) -> float:
+    fn()
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    rng = np.random.default_rng(SEED)
+    lex, gram, eps = lexicon(rng), grammar(rng), epsilon_dag(rng)
+    a, b, e = ours_fsa(lex), ours_fsa(gram, transducer=False), ours_fsa(eps)
+    fa, fb, fe = openfst_fst(lex), openfst_fst(gram), openfst_fst(eps)
+    fa.arcsort("olabel")
+    rows = []
+
+    def ours_compose():
+        result = sj.compose(a, b)
+        jax.block_until_ready(result.weight)
+        return result
+
+    def openfst_compose():
+        return pynini.compose(fa, fb)
+
+    def ours_rmeps():
+        result = sj.remove_epsilon(e)
+        jax.block_until_ready(result.weight)
+        return result
+
+    def openfst_rmeps():
+        return pynini.rmepsilon(fe)
+
+    for name, ours, theirs in [("compose (lexicon o grammar)", ours_compose, openfst_compose),
+                               ("remove_epsilon (3k states)", ours_rmeps, openfst_rmeps)]:
+        ours_s = median_seconds(ours, args.runs)
+        theirs_s = median_seconds(theirs, args.runs)
+        ours_result, their_result = ours(), theirs()
+        their_arcs = sum(their_result.num_arcs(s) for s in their_result.states())
+        rows.append((name, ours_s, theirs_s, ours_result.num_states, ours_result.num_arcs,
+                     their_result.num_states(), their_arcs))
+
+    print(f"inputs: lexicon {lex[0]} states / {len(lex[1])} arcs, grammar {gram[0]} states / "
+          f"{len(gram[1])} arcs, epsilon DAG {eps[0]} states / {len(eps[1])} arcs")
+    print(f"{'op':30s} {'ours ms':>9s} {'OpenFst ms':>11s} {'ours/OpenFst':>13s} "
+          f"{'ours S/A':>15s} {'OpenFst S/A':>15s}  goal (<= {GOAL:.0f}x)")
+    for name, ours_s, theirs_s, s1, a1, s2, a2 in rows:
+        ratio = ours_s / theirs_s
+        print(f"{name:30s} {ours_s * 1e3:9.1f} {theirs_s * 1e3:11.1f} {ratio:13.1f} "
+              f"{f'{s1}/{a1}':>15s} {f'{s2}/{a2}':>15s}  {'MET' if ratio <= GOAL else 'NOT MET'}")
+    print("determinize: not built yet, not timed.")
+
+
+if __name__ == "__main__":
+    main()

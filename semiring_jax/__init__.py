@@ -10,6 +10,7 @@ from semiring_jax._src.batch import stack, unstack
 from semiring_jax._src.best_path import best_path
 from semiring_jax._src.ctc import ctc_graph, ctc_loss, ctc_topo, forced_align
 from semiring_jax._src.dense import dense_tot_score, viterbi_decode
+from semiring_jax._src.determinize import determinize
 from semiring_jax._src.epsilon import remove_epsilon
 from semiring_jax._src.fsa import Fsa
 from semiring_jax._src.lattice import intersect_dense
@@ -37,6 +38,7 @@ __all__ = [
     "ctc_loss",
     "ctc_topo",
     "dense_tot_score",
+    "determinize",
     "forced_align",
     "forward_scores",
     "intersect",

@@ -299,3 +299,37 @@ def test_remove_epsilon_gradients_batches_and_cycles():
                                [float(sj.tot_score(a))] * 2, rtol=1e-12)
     with pytest.raises(ValueError, match="cycle of epsilon arcs"):
         sj.remove_epsilon(build((2, [(0, 1, 0, 0, 0.0), (1, 0, 0, 0, 0.0)], {1: 0.0})))
+
+
+@SETTINGS
+@given(data=acyclic_fsas(weights=FINITE))
+def test_determinize_matches_openfst(data):
+    fsa = build(data, transducer=False)
+    data = as_data(fsa)
+    for arc_type, semiring in (("log", sj.LOG), ("tropical", sj.TROPICAL)):
+        result = sj.determinize(fsa, semiring)
+        src, label = np.asarray(result.src), np.asarray(result.label)
+        assert len(set(zip(src.tolist(), label.tolist()))) == src.size, "not deterministic"
+        np.testing.assert_allclose(float(sj.tot_score(result, semiring)),
+                                   float(sj.tot_score(fsa, semiring)), rtol=1e-9, atol=1e-9)
+        theirs = pynini.determinize(pynini_of(data, arc_type), delta=1e-9)
+        np.testing.assert_allclose(ours_total(result, arc_type), openfst_total(theirs, arc_type),
+                                   rtol=1e-5, atol=1e-5)
+        assert result.num_states >= min(theirs.num_states(), 1)
+
+
+def test_determinize_keeps_each_strings_weight():
+    # Two paths for "5 6" (LOG: their log-sum), one for "5 7".
+    fsa = build((5, [(0, 1, 5, 5, 0.5), (0, 2, 5, 5, 1.0), (1, 3, 6, 6, 0.0), (2, 3, 6, 6, 0.2),
+                     (2, 4, 7, 7, -0.3)], {3: 0.0, 4: 0.1}), transducer=False)
+    result = sj.determinize(fsa)
+    for labels, want in [((5, 6), np.logaddexp(0.5, 1.2)), ((5, 7), 0.8)]:
+        linear = sj.linear_fsa(list(labels), dtype=np.float64)
+        np.testing.assert_allclose(float(sj.tot_score(sj.intersect(result, linear))), want,
+                                   rtol=1e-12)
+    check_grads(lambda w: sj.tot_score(sj.determinize(fsa.replace(weight=w))), (fsa.weight,),
+                order=1, modes=("rev",))
+    with pytest.raises(ValueError, match="max_states = 3"):
+        sj.determinize(fsa, max_states=3)
+    with pytest.raises(ValueError, match="takes an acceptor"):
+        sj.determinize(build((2, [(0, 1, 1, 2, 0.0)], {1: 0.0})))

@@ -51,9 +51,11 @@ def determinize(fsa: Fsa, semiring: Semiring = LOG, *, max_states: int = 100_000
       fsa: an acceptor, single or batched; structure concrete, weights may
         be traced.
       semiring: LOG (default) or TROPICAL.
-      max_states: the budget of result states; a cyclic input whose cycles
-        keep making new (non-singleton) subsets would never stop, so the
-        construction stops here with an error.
+      max_states: the budget of result states (and of 16 times as many
+        subset members); a cyclic input whose cycles keep making new
+        (non-singleton) subsets would never stop, and an acyclic one can
+        make exponentially many, so the construction stops there with an
+        error.
     Returns:
       A deterministic acceptor: no state has two arcs with one label.
     Raises:

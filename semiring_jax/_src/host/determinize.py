@@ -60,8 +60,9 @@ def determinize(parts: Parts, max_states: int) -> Determinized:
     """Breadth-first weighted subset construction (see the module docstring).
 
     Raises:
-      OverflowError: past `max_states` result states (the caller turns it
-        into a ValueError naming the budget).
+      OverflowError: past `max_states` result states, or 16 times as many
+        subset members (the caller turns it into a ValueError naming the
+        budget).
     """
     leaving = [defaultdict(list) for _ in range(parts.num_states)]
     for arc, (state, label) in enumerate(zip(parts.src.tolist(), parts.ilabel.tolist())):
@@ -110,7 +111,7 @@ def determinize(parts: Parts, max_states: int) -> Determinized:
                 dst.append(target_state)
                 labels.append(label)
                 transitions += 1
-                if len(members) > max_states:
+                if len(members) > max_states or num_residuals > 16 * max_states:
                     raise OverflowError(len(members))
         if transitions:
             depths.append(Depth(*(np.array(column, np.int64) for column in terms),

@@ -74,13 +74,14 @@ import math
 import os
 import platform
 import resource
-import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import numpy as np
+
+from timing import Reps, first_call_seconds, interleaved_medians
 
 SEED = 20240611
 CTC_SIZES = [(8, 200, 64, 40), (16, 500, 256, 100), (32, 1000, 1024, 200)]
@@ -306,47 +307,8 @@ BUILDERS = {"ours": build_ours, "optax": build_optax, "torch": build_torch}
 # -- timing ----------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class Reps:
-    """Each contestant runs at least `min_runs` and at most `max_runs` timed
-    calls, stopping once `budget_s` of them is spent."""
-
-    min_runs: int
-    max_runs: int
-    budget_s: float
-
-
 FULL_REPS = Reps(min_runs=5, max_runs=15, budget_s=3.0)
 QUICK_REPS = Reps(min_runs=3, max_runs=3, budget_s=0.0)
-
-
-def interleaved_medians(contestants: dict[str, Callable[[], Any]], reps: Reps
-                        ) -> dict[str, float]:
-    """Median seconds per call, contestants timed round-robin (warm-up first)."""
-    for fn in contestants.values():
-        fn()
-    samples: dict[str, list[float]] = {name: [] for name in contestants}
-
-    def done(name: str) -> bool:
-        runs = len(samples[name])
-        return runs >= reps.max_runs or (runs >= reps.min_runs
-                                         and sum(samples[name]) >= reps.budget_s)
-
-    gc.collect()
-    while not all(done(name) for name in contestants):
-        for name, fn in contestants.items():
-            if not done(name):
-                start = time.perf_counter()
-                out = fn()
-                samples[name].append(time.perf_counter() - start)
-                del out
-    return {name: statistics.median(values) for name, values in samples.items()}
-
-
-def first_call_seconds(fn: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 # -- memory (subprocess) ---------------------------------------------------------------

@@ -32,11 +32,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gc
 import math
 import os
 import platform
-import statistics
 import sys
 import time
 from typing import Any, Callable, Optional
@@ -46,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import semiring_jax as sj
+from timing import Reps, first_call_seconds, interleaved_medians
 
 try:
     import pynini
@@ -361,52 +360,8 @@ NUMPY_PEERS = {"LOG": numpy_log, "TROPICAL": numpy_tropical}
 # -- timing ----------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class Reps:
-    """Repetition policy: each contestant runs at least `min_runs` and at most
-    `max_runs` timed calls, stopping early once `budget_s` of them is spent."""
-
-    min_runs: int
-    max_runs: int
-    budget_s: float
-
-
 FULL_REPS = Reps(min_runs=7, max_runs=25, budget_s=1.5)
 QUICK_REPS = Reps(min_runs=2, max_runs=3, budget_s=0.0)
-
-
-def interleaved_medians(contestants: dict[str, Callable[[], Any]], reps: Reps
-                        ) -> dict[str, float]:
-    """Median seconds per call of each contestant, timed round-robin.
-
-    Each callable must block until its result is ready. One untimed warm-up
-    call each first. Rounds interleave the contestants so that machine drift
-    hits all of them alike; slow ones drop out when their budget is spent.
-    """
-    for fn in contestants.values():
-        fn()
-    samples: dict[str, list[float]] = {name: [] for name in contestants}
-
-    def done(name: str) -> bool:
-        runs = len(samples[name])
-        return runs >= reps.max_runs or (runs >= reps.min_runs
-                                         and sum(samples[name]) >= reps.budget_s)
-
-    gc.collect()
-    while not all(done(name) for name in contestants):
-        for name, fn in contestants.items():
-            if not done(name):
-                start = time.perf_counter()
-                fn()
-                samples[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in samples.items()}
-
-
-def first_call_seconds(fn: Callable[[], Any]) -> float:
-    """Wall time of one call: for a fresh jitted function, trace + compile + run."""
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 # -- one row ---------------------------------------------------------------------------

@@ -1,0 +1,56 @@
+"""Timing helpers shared by the benchmark scripts (median of round-robin calls)."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import statistics
+import time
+from typing import Any, Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class Reps:
+    """Repetition policy: each contestant runs at least `min_runs` and at most
+    `max_runs` timed calls, stopping early once `budget_s` of them is spent."""
+
+    min_runs: int
+    max_runs: int
+    budget_s: float
+
+
+def interleaved_medians(contestants: dict[str, Callable[[], Any]], reps: Reps
+                        ) -> dict[str, float]:
+    """Median seconds per call of each contestant, timed round-robin.
+
+    Each callable must block until its result is ready. One untimed warm-up
+    call each first. Rounds interleave the contestants so that machine drift
+    hits all of them alike; slow ones drop out when their budget is spent.
+    Each result is freed after its timing stops (freeing large outputs is
+    not the contestant's work) and before the next call.
+    """
+    for fn in contestants.values():
+        fn()
+    samples: dict[str, list[float]] = {name: [] for name in contestants}
+
+    def done(name: str) -> bool:
+        runs = len(samples[name])
+        return runs >= reps.max_runs or (runs >= reps.min_runs
+                                         and sum(samples[name]) >= reps.budget_s)
+
+    gc.collect()
+    while not all(done(name) for name in contestants):
+        for name, fn in contestants.items():
+            if not done(name):
+                start = time.perf_counter()
+                out = fn()
+                samples[name].append(time.perf_counter() - start)
+                del out
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def first_call_seconds(fn: Callable[[], Any]) -> float:
+    """Wall time of one call: for a fresh jitted function, trace + compile + run."""
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start

@@ -35,53 +35,34 @@ def add(hi: jax.Array, lo: jax.Array, value: jax.Array) -> tuple[jax.Array, jax.
     return total, lo + error
 
 
-_UNROLLED = 8
-
-
 def _safe(top: jax.Array) -> jax.Array:
     return jax.lax.stop_gradient(jnp.where(jnp.isfinite(top), top, jnp.zeros_like(top)))
 
 
-def _log_sum_terms(hi: jax.Array, lo: jax.Array, axis: int):
-    """(top [..], log Σ exp(x - top) [..]) of x = hi + lo along `axis`; top
-    is the max of hi (0 where it is -inf) and the log is -inf for an empty
-    or all -inf slice."""
-    # hi - top is exact (Sterbenz) for the terms that matter, those within
-    # a factor of two of the top; the others are tiny after exp.
-    if hi.shape[axis] <= _UNROLLED:
-        # A short axis (a state's few slots) is reduced by elementwise ops
-        # on its columns: XLA then fuses the step into one loop, where a
-        # reduction would start a new kernel.
-        his = [jnp.take(hi, i, axis=axis) for i in range(hi.shape[axis])]
-        los = [jnp.take(lo, i, axis=axis) for i in range(lo.shape[axis])]
-        top = functools.reduce(jnp.maximum, his, jnp.full_like(his[0], -jnp.inf))
-        safe_top = _safe(top)
-        total = functools.reduce(jnp.add, [jnp.exp((h - safe_top) + l) for h, l in zip(his, los)])
-    else:
-        top = jnp.max(hi, axis=axis, initial=-jnp.inf)
-        safe_top = _safe(top)
-        total = jnp.sum(jnp.exp((hi - jnp.expand_dims(safe_top, axis)) + lo), axis=axis)
+def _log_total(total: jax.Array) -> jax.Array:
+    """log(total), -inf for 0, with a NaN-free gradient."""
     nonempty = total > 0
-    log_total = jnp.where(nonempty, jnp.log(jnp.where(nonempty, total, 1)), -jnp.inf)
-    return top, safe_top, log_total
+    return jnp.where(nonempty, jnp.log(jnp.where(nonempty, total, 1)), -jnp.inf)
 
 
 def log_sum_pair(hi: jax.Array, lo: jax.Array, axis: int) -> tuple[jax.Array, jax.Array]:
     """log Σ exp(hi + lo) along `axis`, as a (hi, lo) pair (-inf, 0 for an
     empty or all -inf slice)."""
-    _, safe_top, log_total = _log_sum_terms(hi, lo, axis)
-    return two_sum(safe_top, log_total)
+    # hi - top is exact (Sterbenz) for the terms that matter, those within
+    # a factor of two of the top; the others are tiny after exp.
+    safe_top = _safe(jnp.max(hi, axis=axis, initial=-jnp.inf))
+    total = jnp.sum(jnp.exp((hi - jnp.expand_dims(safe_top, axis)) + lo), axis=axis)
+    return two_sum(safe_top, _log_total(total))
 
 
 def log_sum_columns(his: list[jax.Array], los: list[jax.Array]
                     ) -> tuple[jax.Array, jax.Array]:
     """log Σ_k exp(his[k] + los[k]), elementwise over columns, as a pair."""
-    top = functools.reduce(jnp.maximum, his, jnp.full_like(his[0], -jnp.inf))
-    safe_top = _safe(top)
+    # Elementwise over the K columns: XLA fuses it into one kernel, where a
+    # reduction over a [S, K] array would start a new one.
+    safe_top = _safe(functools.reduce(jnp.maximum, his, jnp.full_like(his[0], -jnp.inf)))
     total = functools.reduce(jnp.add, [jnp.exp((h - safe_top) + l) for h, l in zip(his, los)])
-    nonempty = total > 0
-    log_total = jnp.where(nonempty, jnp.log(jnp.where(nonempty, total, 1)), -jnp.inf)
-    return two_sum(safe_top, log_total)
+    return two_sum(safe_top, _log_total(total))
 
 
 def exp_difference(hi: jax.Array, lo: jax.Array, total_hi: jax.Array,

@@ -41,9 +41,15 @@ def _to_dst(slots: Slots, slot_weight: jax.Array, frame: jax.Array, his, los):
     num_slots = slot_weight.shape[1]
     emissions = frame_columns(frame, slots, num_slots)
     if not by_columns(slots, num_slots):
-        return compensated.add(his, los, slot_weight + emissions)
-    pairs = [compensated.add(hi, lo, slot_weight[:, k] + emissions[k])
-             for k, (hi, lo) in enumerate(zip(his, los))]
+        return _add(his, los, slot_weight + emissions)
+    return _add(his, los, [slot_weight[:, k] + emissions[k] for k in range(num_slots)])
+
+
+def _add(his, los, values):
+    """(hi, lo) + values slot by slot, for columns or an [S, K] array."""
+    if not isinstance(his, list):
+        return compensated.add(his, los, values)
+    pairs = [compensated.add(hi, lo, value) for hi, lo, value in zip(his, los, values)]
     return [hi for hi, _ in pairs], [lo for _, lo in pairs]
 
 
@@ -123,14 +129,9 @@ def posterior_grads(slot_grads: bool, slots: Slots, slot_weight: jax.Array,
             posterior = jnp.where(active, posterior, jnp.zeros_like(posterior))
             slot_grad = slot_grad + posterior
             emission_grad = _columns(slots.label, posterior, num_columns)
-        leaving = (push_destinations(beta_hi, slots, num_slots, _ZERO),
-                   push_destinations(beta_lo, slots, num_slots, 0.0),
-                   push_columns(added, slots, _ZERO))
-        if isinstance(leaving[0], list):
-            pairs = [compensated.add(*column) for column in zip(*leaving)]
-            new_hi, new_lo = _log_sum([hi for hi, _ in pairs], [lo for _, lo in pairs])
-        else:
-            new_hi, new_lo = _log_sum(*compensated.add(*leaving))
+        new_hi, new_lo = _log_sum(*_add(push_destinations(beta_hi, slots, num_slots, _ZERO),
+                                        push_destinations(beta_lo, slots, num_slots, 0.0),
+                                        push_columns(added, slots, _ZERO)))
         beta_hi = jnp.where(active, new_hi, beta_hi)
         beta_lo = jnp.where(active, new_lo, beta_lo)
         return (beta_hi, beta_lo, slot_grad), emission_grad

@@ -90,7 +90,7 @@ def test_unary_ops_match_openfst_and_brute_force(data, name):
 @given(data=acyclic_fsas(transducer=True, weights=FINITE))
 def test_top_sort_orders_arcs_upwards(data):
     fsa = build(data)
-    src, dst = np.asarray(fsa.src), np.asarray(fsa.dst)
+    dst = np.asarray(fsa.dst)
     if (dst == 0).any():
         with pytest.raises(ValueError, match="into the start state 0"):
             sj.top_sort(fsa)

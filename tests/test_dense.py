@@ -13,7 +13,7 @@ from jax.test_util import check_grads
 import semiring_jax as sj
 from semiring_jax._src.batch import _widen_arc_tables, _without_schedule, pad_entry
 from tests import oracles
-from tests.strategies import WEIGHTS, as_rows, dense_graphs
+from tests.strategies import as_rows, dense_graphs
 
 SETTINGS = settings(max_examples=40, deadline=None)
 TOL = {"float32": dict(rtol=3e-5, atol=3e-5), "float64": dict(rtol=1e-10, atol=1e-10)}

@@ -43,6 +43,25 @@ def _parts(fsa: Fsa, fn: str) -> structure.Parts:
                            pick("olabel"), is_final, fsa.is_acceptor)
 
 
+def placeholder(num_states: int, src, dst, ilabel, olabel, dtype, is_acceptor: bool) -> Fsa:
+    """An Fsa of the given structure whose weights are still to be set
+    (arcs 0, final -inf), for `replace(weight=..., final_weight=...)`."""
+    as32 = lambda values: np.asarray(values, np.int32)
+    return assemble(build.ArcArrays(
+        num_states, as32(src), as32(dst), as32(ilabel), as32(olabel),
+        np.zeros(len(src), dtype), np.full(num_states, -np.inf, dtype), is_acceptor))
+
+
+def _from_sources(result: structure.Result, sources: jax.Array) -> Fsa:
+    """The result Fsa; each weight is the product (sum of scores) of its
+    sources' entries."""
+    combine = lambda index: (sources[index] if index.ndim == 1
+                             else jnp.sum(sources[index], axis=-1))
+    return placeholder(result.num_states, result.src, result.dst, result.ilabel, result.olabel,
+                       sources.dtype, result.is_acceptor).replace(
+        weight=combine(result.arc_source), final_weight=combine(result.final_source))
+
+
 def _assemble(operands: Sequence[Fsa], result: structure.Result) -> Fsa:
     """The result Fsa, its weights gathered from the operands' (in JAX)."""
     pieces = []
@@ -50,17 +69,23 @@ def _assemble(operands: Sequence[Fsa], result: structure.Result) -> Fsa:
         real = np.flatnonzero(np.asarray(fsa.arc_mask))
         pieces += [jnp.asarray(fsa.weight)[real], jnp.asarray(fsa.final_weight)]
     dtype = operands[0].dtype
-    sources = jnp.concatenate(pieces + [jnp.array([-jnp.inf, 0.0], dtype)])
-    placeholder = build.ArcArrays(
-        result.num_states, result.src.astype(np.int32), result.dst.astype(np.int32),
-        result.ilabel.astype(np.int32), result.olabel.astype(np.int32),
-        np.zeros(result.src.shape[0], dtype), np.full(result.num_states, -np.inf, dtype),
-        result.is_acceptor)
-    # A result weight is the product (sum of scores) of its sources.
-    combine = lambda index: (sources[index] if index.ndim == 1
-                             else jnp.sum(sources[index], axis=-1))
-    return assemble(placeholder).replace(weight=combine(result.arc_source),
-                                         final_weight=combine(result.final_source))
+    return _from_sources(result, jnp.concatenate(pieces + [jnp.array([-jnp.inf, 0.0], dtype)]))
+
+
+def trimmed_fsa(num_states: int, src, dst, ilabel, olabel, is_final: np.ndarray,
+                arc_weight: jax.Array, final_weight: jax.Array, is_acceptor: bool) -> Fsa:
+    """An Fsa of computed weights ([A], [S]), trimmed to the states on a
+    successful path (start kept); `is_final` [S] is the structure's."""
+    num_arcs = len(src)
+    sources = structure.Sources([0], [num_arcs], num_arcs + num_states,
+                                num_arcs + num_states + 1)
+    final_source = np.where(is_final, num_arcs + np.arange(num_states), sources.zero)
+    result = structure.Result(num_states, np.asarray(src), np.asarray(dst), np.asarray(ilabel),
+                              np.asarray(olabel), np.arange(num_arcs), final_source,
+                              is_acceptor)
+    values = jnp.concatenate([arc_weight, final_weight,
+                              jnp.array([-jnp.inf, 0.0], arc_weight.dtype)])
+    return _from_sources(structure.trimmed(result, sources), values)
 
 
 def _check_operands(operands: Sequence[Fsa], fn: str, same_kind: bool = True) -> None:

@@ -12,12 +12,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from semiring_jax._src.algorithms import _check_operands, _parts
+from semiring_jax._src.algorithms import _check_operands, _parts, trimmed_fsa
 from semiring_jax._src.batch import stack, unstack
-from semiring_jax._src.epsilon import _placeholder
 from semiring_jax._src.fsa import Fsa
 from semiring_jax._src.host import determinize as host_determinize
-from semiring_jax._src.host import structure
 from semiring_jax._src.semiring import LOG, Semiring
 
 __all__ = ["determinize"]
@@ -104,11 +102,5 @@ def determinize(fsa: Fsa, semiring: Semiring = LOG, *, max_states: int = 100_000
     final_terms = (residuals[tables.member_residual]
                    + jnp.asarray(fsa.final_weight)[tables.member_input])
     final_weight = _segment_plus(final_terms, tables.member_state, tables.num_states, semiring)
-    kept = structure.connect(structure.Parts(tables.num_states, tables.src, tables.dst,
-                                             tables.label, tables.label, tables.is_final, True))
-    final_state = kept.final_source - tables.src.shape[0]  # a state, or S' for not final
-    final_ext = jnp.append(final_weight, jnp.asarray(-jnp.inf, dtype))
-    result = _placeholder(kept.num_states, kept.src, kept.dst, kept.ilabel, kept.olabel, dtype,
-                          True)
-    return result.replace(weight=arc_weight[kept.arc_source],
-                          final_weight=final_ext[np.minimum(final_state, tables.num_states)])
+    return trimmed_fsa(tables.num_states, tables.src, tables.dst, tables.label, tables.label,
+                       tables.is_final, arc_weight, final_weight, True)

@@ -8,25 +8,17 @@ scan), so the result's weights are JAX expressions of the input's, under
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from semiring_jax._src.algorithms import _check_operands, _parts
+from semiring_jax._src.algorithms import _check_operands, _parts, placeholder, trimmed_fsa
 from semiring_jax._src.batch import stack, unstack
-from semiring_jax._src.fsa import Fsa, assemble
-from semiring_jax._src.host import build, epsilon, structure
+from semiring_jax._src.fsa import Fsa
+from semiring_jax._src.host import epsilon
 from semiring_jax._src.semiring import LOG, Semiring
 from semiring_jax._src.tot_score import forward_scores
 
 __all__ = ["remove_epsilon"]
-
-
-def _placeholder(num_states, src, dst, ilabel, olabel, dtype, is_acceptor) -> Fsa:
-    as32 = lambda values: np.asarray(values, np.int32)
-    return assemble(build.ArcArrays(
-        num_states, as32(src), as32(dst), as32(ilabel), as32(olabel),
-        np.zeros(len(src), dtype), np.full(num_states, -np.inf, dtype), is_acceptor))
 
 
 def remove_epsilon(fsa: Fsa, semiring: Semiring = LOG) -> Fsa:
@@ -68,7 +60,7 @@ def remove_epsilon(fsa: Fsa, semiring: Semiring = LOG) -> Fsa:
     # Epsilon-closure weights d(p, q): forward scores of the pair graph.
     pair_weight = jnp.append(weight, jnp.asarray(semiring.one, dtype))[tables.pair_arc]
     zeros = np.zeros(len(tables.pair_src), np.int64)
-    pair_graph = _placeholder(tables.num_pairs + 1, tables.pair_src, tables.pair_dst, zeros,
+    pair_graph = placeholder(tables.num_pairs + 1, tables.pair_src, tables.pair_dst, zeros,
                               zeros, dtype, True).replace(weight=pair_weight)
     closure = forward_scores(pair_graph, semiring)[1:]  # [P]
     closure = jnp.append(closure, jnp.asarray(semiring.zero, dtype))  # pair P: none
@@ -79,13 +71,5 @@ def remove_epsilon(fsa: Fsa, semiring: Semiring = LOG) -> Fsa:
     # Trim, as OpenFst's RmEpsilon does: states only reached through removed
     # epsilons, or that reach no final state, go.
     is_final = tables.final_pairs[:, 0] < tables.num_pairs
-    kept = structure.connect(structure.Parts(
-        parts.num_states, tables.src, tables.dst, tables.ilabel, tables.olabel, is_final,
-        fsa.is_acceptor))
-    num_arcs = tables.src.shape[0]
-    final_state = kept.final_source - num_arcs  # a state, or S for not final
-    final_ext = jnp.append(final_weight, jnp.asarray(-jnp.inf, dtype))
-    result = _placeholder(kept.num_states, kept.src, kept.dst, kept.ilabel, kept.olabel, dtype,
-                          fsa.is_acceptor)
-    return result.replace(weight=arc_weight[kept.arc_source],
-                          final_weight=final_ext[np.minimum(final_state, parts.num_states)])
+    return trimmed_fsa(parts.num_states, tables.src, tables.dst, tables.ilabel, tables.olabel,
+                       is_final, arc_weight, final_weight, fsa.is_acceptor)

@@ -86,22 +86,4 @@ def compose(a: Parts, b: Parts) -> Result:
     columns = np.array(arcs, np.int64).reshape(-1, 6)
     built = Result(len(ids), columns[:, 0], columns[:, 1], columns[:, 2], columns[:, 3],
                    columns[:, 4:6], np.array(final, np.int64), False)
-    return trimmed(built, sources)
-
-
-def trimmed(result: Result, sources: Sources) -> Result:
-    """`result` with only the states on a successful path (start kept)."""
-    is_final = result.final_source[:, 0] != sources.zero
-    if result.final_source.ndim == 2:
-        is_final &= result.final_source[:, 1] != sources.zero
-    parts = Parts(result.num_states, result.src, result.dst, result.ilabel, result.olabel,
-                  is_final, result.is_acceptor)
-    kept = structure.connect(parts)  # its sources index `result`'s arcs and finals
-    arc_rows = kept.arc_source  # arc indices of `result` (one operand, offset 0)
-    final_rows = kept.final_source - result.src.shape[0]  # state indices, or beyond
-    zero_row = np.full((1,) + result.final_source.shape[1:], sources.zero, np.int64)
-    padded_final = np.concatenate([result.final_source, zero_row])
-    final_rows = np.where((final_rows >= 0) & (final_rows < result.num_states), final_rows,
-                          result.num_states)
-    return kept._replace(arc_source=result.arc_source[arc_rows],
-                         final_source=padded_final[final_rows])
+    return structure.trimmed(built, sources)

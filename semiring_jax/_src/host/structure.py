@@ -24,7 +24,7 @@ import numpy as np
 from semiring_jax._src.host import levels as levels_lib
 
 __all__ = ["Parts", "Result", "Sources", "invert", "project", "arc_sort", "top_sort",
-           "connect", "reverse", "union", "concat", "closure", "prune"]
+           "connect", "reverse", "union", "concat", "closure", "trimmed", "prune"]
 
 
 class Parts(NamedTuple):
@@ -265,16 +265,28 @@ def closure(parts: Parts) -> Result:
                       extra_first=True)
 
 
+def trimmed(result: Result, sources: Sources) -> Result:
+    """`result` with only the states on a successful path (start kept); a
+    state is final where its final source is not ZERO."""
+    is_final = result.final_source != sources.zero
+    if is_final.ndim == 2:
+        is_final = is_final.all(axis=1)
+    kept = connect(Parts(result.num_states, result.src, result.dst, result.ilabel,
+                         result.olabel, is_final, result.is_acceptor))
+    # `kept`'s sources index `result`'s arcs, then its states' finals.
+    final_rows = kept.final_source - result.src.shape[0]  # a state, or S for none
+    zero_row = np.full((1,) + result.final_source.shape[1:], sources.zero, np.int64)
+    final_source = np.concatenate([result.final_source, zero_row])[final_rows]
+    return kept._replace(arc_source=result.arc_source[kept.arc_source],
+                         final_source=final_source)
+
+
 def prune(parts: Parts, keep_arc: np.ndarray, keep_final: np.ndarray) -> Result:
-    """Only the arcs and final states kept (bool [A], [S]), then `connect`."""
+    """Only the arcs and final states kept (bool [A], [S]), then trimmed."""
     sources = Sources.of([parts])
     arcs = np.flatnonzero(keep_arc)
-    kept = Parts(parts.num_states, parts.src[arcs], parts.dst[arcs], parts.ilabel[arcs],
-                 parts.olabel[arcs], parts.is_final & keep_final, parts.is_acceptor)
-    trimmed = connect(kept)
-    # Map the trimmed result's sources (into `kept`) back to `parts`.
-    final_state = trimmed.final_source - arcs.size  # a state of `kept`, or S for none
-    final_source = np.where(final_state < parts.num_states,
-                            sources.final_offsets[0] + final_state, sources.zero)
-    return trimmed._replace(arc_source=sources.arc_offsets[0] + arcs[trimmed.arc_source],
-                            final_source=final_source)
+    result = Result(parts.num_states, parts.src[arcs], parts.dst[arcs], parts.ilabel[arcs],
+                    parts.olabel[arcs], sources.arc_offsets[0] + arcs,
+                    np.where(keep_final, sources.finals(parts, 0), sources.zero),
+                    parts.is_acceptor)
+    return trimmed(result, sources)

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from semiring_jax._src import checks
-from semiring_jax._src.batch import stack, unstack
+from semiring_jax._src.batch import check_alike, stack, unstack
 from semiring_jax._src.fsa import Fsa, assemble
 from semiring_jax._src.semiring import TROPICAL
 from semiring_jax._src.host import build, structure
@@ -89,16 +89,8 @@ def trimmed_fsa(num_states: int, src, dst, ilabel, olabel, is_final: np.ndarray,
 
 
 def _check_operands(operands: Sequence[Fsa], fn: str, same_kind: bool = True) -> None:
+    check_alike(operands, fn, lambda i: f"operand {i}", same_kind=same_kind)
     for i, fsa in enumerate(operands):
-        if not isinstance(fsa, Fsa):
-            raise TypeError(f"{fn}: operand {i} is a {type(fsa).__name__}, not an Fsa")
-        if same_kind and fsa.is_acceptor != operands[0].is_acceptor:
-            kinds = ["a transducer", "an acceptor"]
-            raise ValueError(f"{fn}: operand {i} is {kinds[fsa.is_acceptor]} but operand 0 "
-                             f"is {kinds[operands[0].is_acceptor]}")
-        if fsa.dtype != operands[0].dtype:
-            raise ValueError(f"{fn}: operand {i} has {fsa.dtype} weights but operand 0 has "
-                             f"{operands[0].dtype}")
         if fsa.batch_shape != operands[0].batch_shape:
             raise ValueError(f"{fn}: operand {i} has batch_shape {fsa.batch_shape} but "
                              f"operand 0 has {operands[0].batch_shape}")

@@ -16,7 +16,7 @@ from semiring_jax._src.fsa import Fsa, assemble
 from semiring_jax._src.schedule import Schedule
 from semiring_jax._src.host import build, schedule
 
-__all__ = ["stack", "unstack", "map_batch", "jit_over_batch", "pad_entry"]
+__all__ = ["stack", "unstack", "map_batch", "jit_over_batch", "pad_entry", "check_alike"]
 
 
 def map_batch(fn: Callable[..., Any], fsa: Fsa, *args: Any) -> Any:
@@ -81,19 +81,11 @@ def stack(fsas: Sequence[Fsa], *, bucket: bool = False) -> Fsa:
     fsas = list(fsas)
     if not fsas:
         raise ValueError("stack: needs at least one Fsa, got an empty sequence")
+    check_alike(fsas, "stack", lambda i: f"fsas[{i}]")
     for i, fsa in enumerate(fsas):
-        if not isinstance(fsa, Fsa):
-            raise TypeError(f"stack: fsas[{i}] is a {type(fsa).__name__}, not an Fsa")
         if fsa.batch_shape:
             raise ValueError(f"stack: fsas[{i}] is already batched "
                              f"(batch_shape={fsa.batch_shape}); unstack it first")
-        if fsa.is_acceptor != fsas[0].is_acceptor:
-            kinds = ["a transducer", "an acceptor"]
-            raise ValueError(f"stack: fsas[{i}] is {kinds[fsa.is_acceptor]} but fsas[0] is "
-                             f"{kinds[fsas[0].is_acceptor]}")
-        if fsa.dtype != fsas[0].dtype:
-            raise ValueError(f"stack: fsas[{i}] has {fsa.dtype} weights but fsas[0] has "
-                             f"{fsas[0].dtype}")
     num_states = max(fsa.num_states for fsa in fsas)
     num_arcs = max(fsa.num_arcs for fsa in fsas)
     shape = _common_shape(fsas, bucket)
@@ -109,6 +101,22 @@ def stack(fsas: Sequence[Fsa], *, bucket: bool = False) -> Fsa:
     leaves = jax.tree_util.tree_map(lambda *values: _stack_leaves(values),
                                     *[_array_fields(entry) for entry in padded])
     return Fsa(**leaves, cycle=cycle, is_acceptor=fsas[0].is_acceptor)
+
+
+def check_alike(fsas: Sequence[Fsa], fn: str, name: Callable[[int], str], *,
+                same_kind: bool = True) -> None:
+    """Raises unless every entry is an Fsa of the first one's dtype (and kind,
+    acceptor or transducer, with `same_kind`); `name(i)` names entry i."""
+    kinds = ["a transducer", "an acceptor"]
+    for i, fsa in enumerate(fsas):
+        if not isinstance(fsa, Fsa):
+            raise TypeError(f"{fn}: {name(i)} is a {type(fsa).__name__}, not an Fsa")
+        if same_kind and fsa.is_acceptor != fsas[0].is_acceptor:
+            raise ValueError(f"{fn}: {name(i)} is {kinds[fsa.is_acceptor]} but {name(0)} is "
+                             f"{kinds[fsas[0].is_acceptor]}")
+        if fsa.dtype != fsas[0].dtype:
+            raise ValueError(f"{fn}: {name(i)} has {fsa.dtype} weights but {name(0)} has "
+                             f"{fsas[0].dtype}")
 
 
 def _common_shape(fsas: Sequence[Fsa], bucket: bool) -> Optional[schedule.ScheduleShape]:

@@ -26,11 +26,12 @@ from semiring_jax._src.semiring import TROPICAL
 from semiring_jax._src.host import build, structure
 from semiring_jax._src.host import compose as host_compose
 
-__all__ = ["invert", "project", "arc_sort", "top_sort", "connect", "reverse", "union",
+__all__ = ["parts_of", "check_operands", "placeholder", "trimmed_fsa", "invert", "project", "arc_sort", "top_sort", "connect", "reverse", "union",
            "concat", "closure", "compose", "intersect", "prune"]
 
 
-def _parts(fsa: Fsa, fn: str) -> structure.Parts:
+def parts_of(fsa: Fsa, fn: str) -> structure.Parts:
+    """An unbatched Fsa's concrete structure: real arcs, and which states are final."""
     real = checks.concrete(fsa.arc_mask, "arc_mask", fn).astype(bool)
     pick = lambda name: checks.concrete(getattr(fsa, name), name, fn)[real].astype(np.int64)
     # Final states are structure; a traced final_weight leaves every state a
@@ -88,7 +89,7 @@ def trimmed_fsa(num_states: int, src, dst, ilabel, olabel, is_final: np.ndarray,
     return _from_sources(structure.trimmed(result, sources), values)
 
 
-def _check_operands(operands: Sequence[Fsa], fn: str, same_kind: bool = True) -> None:
+def check_operands(operands: Sequence[Fsa], fn: str, same_kind: bool = True) -> None:
     check_alike(operands, fn, lambda i: f"operand {i}", same_kind=same_kind)
     for i, fsa in enumerate(operands):
         if fsa.batch_shape != operands[0].batch_shape:
@@ -98,11 +99,11 @@ def _check_operands(operands: Sequence[Fsa], fn: str, same_kind: bool = True) ->
 
 def _apply(fn: str, operands: Sequence[Fsa], make, same_kind: bool = True) -> Fsa:
     """`make(parts)` on unbatched operands, entry by entry on batched ones."""
-    _check_operands(operands, fn, same_kind)
+    check_operands(operands, fn, same_kind)
     if operands[0].batch_shape:
         entries = zip(*(unstack(fsa) for fsa in operands))
         return stack([_apply(fn, list(entry), make, same_kind) for entry in entries])
-    result = make([_parts(fsa, fn) for fsa in operands])
+    result = make([parts_of(fsa, fn) for fsa in operands])
     return _assemble(operands, result)
 
 

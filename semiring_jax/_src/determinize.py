@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from semiring_jax._src.algorithms import _check_operands, _parts, trimmed_fsa
+from semiring_jax._src.algorithms import check_operands, parts_of, trimmed_fsa
 from semiring_jax._src.batch import stack, unstack
 from semiring_jax._src.fsa import Fsa
 from semiring_jax._src.host import determinize as host_determinize
@@ -67,7 +67,7 @@ def determinize(fsa: Fsa, semiring: Semiring = LOG, *, max_states: int = 100_000
       >>> out.num_arcs, round(float(sj.tot_score(out)), 4) == round(float(sj.tot_score(fsa)), 4)
       (2, True)
     """
-    _check_operands([fsa], "determinize")
+    check_operands([fsa], "determinize")
     if not fsa.is_acceptor:
         raise ValueError("determinize: takes an acceptor; project the transducer first")
     if semiring.sum_grad is None:
@@ -75,7 +75,7 @@ def determinize(fsa: Fsa, semiring: Semiring = LOG, *, max_states: int = 100_000
     if fsa.batch_shape:
         return stack([determinize(entry, semiring, max_states=max_states)
                       for entry in unstack(fsa)])
-    parts = _parts(fsa, "determinize")
+    parts = parts_of(fsa, "determinize")
     try:
         tables = host_determinize.determinize(parts, max_states)
     except OverflowError:

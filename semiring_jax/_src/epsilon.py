@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from semiring_jax._src.algorithms import _check_operands, _parts, placeholder, trimmed_fsa
+from semiring_jax._src.algorithms import check_operands, parts_of, placeholder, trimmed_fsa
 from semiring_jax._src.batch import stack, unstack
 from semiring_jax._src.fsa import Fsa
 from semiring_jax._src.host import epsilon
@@ -45,10 +45,10 @@ def remove_epsilon(fsa: Fsa, semiring: Semiring = LOG) -> Fsa:
       >>> print(out.label, out.weight)
       [7] [0.75]
     """
-    _check_operands([fsa], "remove_epsilon")
+    check_operands([fsa], "remove_epsilon")
     if fsa.batch_shape:
         return stack([remove_epsilon(entry, semiring) for entry in unstack(fsa)])
-    parts = _parts(fsa, "remove_epsilon")
+    parts = parts_of(fsa, "remove_epsilon")
     tables, cycle = epsilon.epsilon_removal(parts)
     if cycle:
         path = " -> ".join(str(state) for state in cycle)

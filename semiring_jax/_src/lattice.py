@@ -15,10 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from semiring_jax._src import checks
+from semiring_jax._src.algorithms import parts_of, placeholder
 from semiring_jax._src.batch import stack
 from semiring_jax._src.dense import check_emissions, check_graph, check_lengths
-from semiring_jax._src.fsa import Fsa, assemble
-from semiring_jax._src.host import build, lattice
+from semiring_jax._src.fsa import Fsa
+from semiring_jax._src.host import lattice
 
 __all__ = ["intersect_dense"]
 
@@ -78,26 +79,14 @@ def _entry(graph: Fsa, b: int) -> Fsa:
 
 
 def _one_lattice(graph: Fsa, emissions: jax.Array, length: int) -> Fsa:
-    fn = "intersect_dense"
-    arc_mask = checks.concrete(graph.arc_mask, "graph.arc_mask", fn).astype(bool)
-    real = np.flatnonzero(arc_mask)
-    src = checks.concrete(graph.src, "graph.src", fn)[real]
-    dst = checks.concrete(graph.dst, "graph.dst", fn)[real]
-    ilabel = checks.concrete(graph.ilabel, "graph.ilabel", fn)[real]
-    olabel = checks.concrete(graph.olabel, "graph.olabel", fn)[real]
-    num_states = int(checks.concrete(graph.schedule.real_sizes, "graph", fn)[0])
-    # Final states are structure; a traced final_weight leaves every state
-    # a candidate (its -inf weights then only cost padding).
-    is_final = (np.asarray(graph.final_weight) > -np.inf if not
-                checks.is_traced(graph.final_weight) else np.ones(graph.num_states, bool))
-    found = lattice.lattice_structure(num_states, src, dst, is_final[:num_states], length)
-    arcs = real[found.arc]
-    placeholder = np.zeros(found.src.shape[0], graph.dtype)
-    structure = build.ArcArrays(
-        found.num_states, found.src, found.dst, ilabel[found.arc].astype(np.int32),
-        olabel[found.arc].astype(np.int32), placeholder,
-        np.full(found.num_states, -np.inf, graph.dtype), graph.is_acceptor)
-    weight = graph.weight[arcs] + emissions[found.frame, np.asarray(graph.ilabel)[arcs]]
+    parts = parts_of(graph, "intersect_dense")  # concrete structure, real arcs
+    found = lattice.lattice_structure(parts.num_states, parts.src, parts.dst, parts.is_final,
+                                      length)
+    arcs = np.flatnonzero(np.asarray(graph.arc_mask))[found.arc]
+    labels = parts.ilabel[found.arc]
+    weight = graph.weight[arcs] + emissions[found.frame, labels]
     final_weight = jnp.where(found.final_state >= 0,
                              graph.final_weight[np.maximum(found.final_state, 0)], -jnp.inf)
-    return assemble(structure).replace(weight=weight, final_weight=final_weight)
+    return placeholder(found.num_states, found.src, found.dst, labels, parts.olabel[found.arc],
+                       graph.dtype, graph.is_acceptor).replace(weight=weight,
+                                                               final_weight=final_weight)

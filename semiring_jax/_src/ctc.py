@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from semiring_jax._src import checks, dense_recursion
-from semiring_jax._src.dense import _dtype, best_columns, check_emissions, check_lengths
+from semiring_jax._src.dense import best_columns, check_emissions, check_lengths, dtype_of
 from semiring_jax._src.dense_recursion import Slots
 from semiring_jax._src.fsa import Fsa
 from semiring_jax._src.semiring import LOG
@@ -256,8 +256,8 @@ def _check_ctc_inputs(log_probs, input_lengths, labels, label_lengths, blank, fn
     if np.ndim(labels) != 2 or np.shape(labels)[0] != batch:
         raise ValueError(f"{fn}: labels must have shape [B, U] with B = {batch}, got "
                          f"{tuple(np.shape(labels))}")
-    if not np.issubdtype(_dtype(labels), np.integer):
-        raise ValueError(f"{fn}: labels must hold integers, got {_dtype(labels)}")
+    if not np.issubdtype(dtype_of(labels), np.integer):
+        raise ValueError(f"{fn}: labels must hold integers, got {dtype_of(labels)}")
     max_labels = np.shape(labels)[1]
     if not 0 <= blank < vocab_size:
         raise ValueError(f"{fn}: blank = {blank} is outside [0, V) = [0, {vocab_size})")

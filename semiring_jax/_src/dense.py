@@ -20,11 +20,11 @@ from semiring_jax._src.dense_recursion import Slots
 from semiring_jax._src.fsa import Fsa
 from semiring_jax._src.semiring import LOG, TROPICAL, Semiring
 
-__all__ = ["dense_tot_score", "viterbi_decode", "check_emissions", "check_lengths",
+__all__ = ["dense_tot_score", "viterbi_decode", "check_emissions", "check_lengths", "dtype_of",
            "check_graph", "graph_slots"]
 
 
-def _dtype(values: Any) -> np.dtype:
+def dtype_of(values: Any) -> np.dtype:
     """The dtype of an array or of array-like data (lists, scalars)."""
     return np.dtype(values.dtype) if hasattr(values, "dtype") else np.result_type(values)
 
@@ -34,7 +34,7 @@ def check_emissions(emissions: Any, fn: str, name: str = "emissions") -> jax.Arr
     if np.ndim(emissions) != 3:
         raise ValueError(f"{fn}: {name} must have rank 3, [B, T, V], got shape "
                          f"{tuple(np.shape(emissions))}")
-    dtype = _dtype(emissions)
+    dtype = dtype_of(emissions)
     if not np.issubdtype(dtype, np.floating):
         raise ValueError(f"{fn}: {name} must be float32 or float64, got {dtype}")
     checks.check_float_dtype(dtype, name, fn)
@@ -49,8 +49,8 @@ def check_lengths(lengths: Any, batch: int, limit: int, fn: str, name: str,
     if tuple(np.shape(lengths)) != (batch,):
         raise ValueError(f"{fn}: {name} must have shape [B] = ({batch},), got "
                          f"{tuple(np.shape(lengths))}")
-    if not np.issubdtype(_dtype(lengths), np.integer):
-        raise ValueError(f"{fn}: {name} must hold integers, got {_dtype(lengths)}")
+    if not np.issubdtype(dtype_of(lengths), np.integer):
+        raise ValueError(f"{fn}: {name} must hold integers, got {dtype_of(lengths)}")
     if not checks.is_traced(lengths):
         values = np.asarray(lengths)
         bad = np.flatnonzero((values < 0) | (values > limit))

@@ -26,8 +26,9 @@ from semiring_jax._src.semiring import TROPICAL
 from semiring_jax._src.host import build, structure
 from semiring_jax._src.host import compose as host_compose
 
-__all__ = ["parts_of", "check_operands", "placeholder", "trimmed_fsa", "invert", "project", "arc_sort", "top_sort", "connect", "reverse", "union",
-           "concat", "closure", "compose", "intersect", "prune"]
+__all__ = ["parts_of", "check_operands", "placeholder", "trimmed_fsa", "invert", "project",
+           "arc_sort", "top_sort", "connect", "reverse", "union", "concat", "closure",
+           "compose", "intersect", "prune"]
 
 
 def parts_of(fsa: Fsa, fn: str) -> structure.Parts:

@@ -35,11 +35,11 @@ def ctc_topo(vocab_size: int, blank: int = 0, *, modified: bool = False,
     for `blank`; from every state, token j goes to state j, writing j when
     it starts a new token and 0 (epsilon) when it is the blank or repeats
     the state's own token (so a repeated label needs a blank between). All
-    states are final.
-    V² arcs. Modified (k2's `modified=True`), 4V - 3 arcs: from the blank state, any token j is written and either
-    stays (one frame of j) or enters state j, whose self-loop repeats j and
-    whose other arc returns to the blank state on one more frame of j;
-    repeated labels need no blank between. Only the blank state is final.
+    states are final; V² arcs. Modified (k2's `modified=True`), 4V - 3
+    arcs: from the blank state, any token j is written and either stays
+    (one frame of j) or enters state j, whose self-loop repeats j and whose
+    other arc returns to the blank state on one more frame of j; repeated
+    labels need no blank between. Only the blank state is final.
 
     Output label 0 means "nothing" (epsilon, as structural algorithms read
     it; API.md): with a blank other than 0, token 0's own output is then

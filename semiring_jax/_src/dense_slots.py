@@ -13,9 +13,9 @@ from typing import NamedTuple, Optional, Union
 import jax
 import jax.numpy as jnp
 
-__all__ = ["Slots", "COLUMNS_UP_TO", "by_columns", "pull", "push", "pull_columns", "push_columns", "push_destinations",
-           "frame_columns",
-           "frame_scores", "max_or_zero", "varying_like"]
+__all__ = ["Slots", "COLUMNS_UP_TO", "by_columns", "pull", "push", "pull_columns",
+           "push_columns", "push_destinations", "frame_columns", "frame_scores", "max_or_zero",
+           "varying_like"]
 
 
 class Slots(NamedTuple):

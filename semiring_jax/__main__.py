@@ -1,0 +1,8 @@
+"""`python -m semiring_jax`: the command line (see `semiring_jax._src.cli`)."""
+
+import sys
+
+from semiring_jax._src.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -13,9 +13,13 @@ from semiring_jax._src.dense import dense_tot_score, viterbi_decode
 from semiring_jax._src.determinize import determinize
 from semiring_jax._src.epsilon import remove_epsilon
 from semiring_jax._src.fsa import Fsa
+from semiring_jax._src.host.symbols import SymbolTable
 from semiring_jax._src.lattice import intersect_dense
 from semiring_jax._src.linear import linear_fsa
+from semiring_jax._src.occupancy import dense_occupancy
+from semiring_jax._src.plot import plot_alignment
 from semiring_jax._src.semiring import LOG, TROPICAL, Semiring, semiring
+from semiring_jax._src.serialization import load, save
 from semiring_jax._src.tot_score import (arc_posteriors, backward_scores, forward_scores,
                                          tot_score)
 
@@ -25,6 +29,7 @@ __all__ = [
     "Fsa",
     "LOG",
     "Semiring",
+    "SymbolTable",
     "TROPICAL",
     "arc_posteriors",
     "arc_sort",
@@ -37,6 +42,7 @@ __all__ = [
     "ctc_graph",
     "ctc_loss",
     "ctc_topo",
+    "dense_occupancy",
     "dense_tot_score",
     "determinize",
     "forced_align",
@@ -45,10 +51,13 @@ __all__ = [
     "intersect_dense",
     "invert",
     "linear_fsa",
+    "load",
+    "plot_alignment",
     "project",
     "prune",
     "remove_epsilon",
     "reverse",
+    "save",
     "semiring",
     "stack",
     "top_sort",

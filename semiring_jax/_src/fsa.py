@@ -9,16 +9,16 @@ and a cycle if it has one); padded sizes are read from array shapes.
 from __future__ import annotations
 
 import dataclasses
-import shutil
-import subprocess
 from typing import Any, Mapping, Optional, Sequence, Union
 
 import jax
 import numpy as np
 
 from semiring_jax._src import checks
+from semiring_jax._src.array_types import ArrayLeaf
 from semiring_jax._src.schedule import Schedule
 from semiring_jax._src.host import arc_tables, build, dot, levels, schedule, text_io
+from semiring_jax._src.host.symbols import SymbolTable
 
 __all__ = ["Fsa", "assemble"]
 
@@ -57,13 +57,13 @@ class Fsa:
       [ 0.5 -1. ]
     """
 
-    src: jax.Array
-    dst: jax.Array
-    ilabel: jax.Array
-    olabel: jax.Array
-    weight: jax.Array
-    final_weight: jax.Array
-    arc_mask: jax.Array
+    src: ArrayLeaf
+    dst: ArrayLeaf
+    ilabel: ArrayLeaf
+    olabel: ArrayLeaf
+    weight: ArrayLeaf
+    final_weight: ArrayLeaf
+    arc_mask: ArrayLeaf
     schedule: Schedule
     cycle: tuple[int, ...] = ()
     is_acceptor: bool = True
@@ -86,7 +86,7 @@ class Fsa:
         return tuple(np.shape(self.src)[:-1])
 
     @property
-    def label(self) -> jax.Array:
+    def label(self) -> ArrayLeaf:
         """The input label, int32 [A] (an acceptor's only label)."""
         return self.ilabel
 
@@ -137,7 +137,8 @@ class Fsa:
 
     @classmethod
     def from_openfst(cls, text: str, *, acceptor: Optional[bool] = None,
-                     dtype: Any = np.float32) -> "Fsa":
+                     dtype: Any = np.float32, isymbols: SymbolTable | None = None,
+                     osymbols: SymbolTable | None = None) -> "Fsa":
         """Reads OpenFst's AT&T text format; costs become scores (negated).
 
         Arc lines are `src dst ilabel olabel [cost]` (transducer) or
@@ -146,25 +147,40 @@ class Fsa:
         `from_arcs`). With `acceptor=None`, 3-field arc lines are acceptor
         arcs and 5-field lines transducer arcs; a 4-field line is a
         transducer arc without cost (as `fstcompile` reads it) unless its
-        last field is not an integer, in which case it is an acceptor cost.
+        last field is not an integer (with `osymbols`: not one of its
+        symbols), in which case it is an acceptor cost.
         Empty text is the empty FSA (one state, not final).
+
+        With a symbol table, that column's labels are its symbols (as
+        `fstcompile --isymbols=... --osymbols=...` reads them); without one
+        they are integers. An acceptor's one label column uses `isymbols`
+        (`osymbols` defaults to it).
 
         Args:
           text: the text, one arc or final state per line.
           acceptor: force acceptor (True) or transducer (False) reading.
           dtype: float32 (default) or float64.
+          isymbols: a `sj.SymbolTable` for the input labels, or None.
+          osymbols: a `sj.SymbolTable` for the output labels, or None.
         Returns:
           An unbatched Fsa.
         Raises:
-          ValueError: for a malformed line, naming its line number.
+          ValueError: for a malformed line or a symbol not in its table,
+            naming the line number; for an acceptor given two different
+            tables.
         Examples:
           >>> import semiring_jax as sj
           >>> fsa = sj.Fsa.from_openfst("0 1 7 0.5\\n1 2 8 1.0\\n2\\n")
           >>> print(fsa.weight, fsa.final_weight)
           [-0.5 -1. ] [-inf -inf   0.]
+          >>> words = sj.SymbolTable(["<eps>", "hello", "world"])
+          >>> fsa = sj.Fsa.from_openfst("0 1 hello\\n1 2 world\\n2\\n", isymbols=words)
+          >>> print(fsa.label)
+          [1 2]
         """
         dtype = checks.check_float_dtype(dtype, "dtype", "from_openfst")
-        return assemble(text_io.parse_openfst(text, acceptor=acceptor, dtype=dtype))
+        return assemble(text_io.parse_openfst(text, acceptor=acceptor, dtype=dtype,
+                                              isymbols=isymbols, osymbols=osymbols))
 
     @classmethod
     def from_k2(cls, text: str, *, dtype: Any = np.float32) -> "Fsa":
@@ -208,22 +224,40 @@ class Fsa:
             pick("weight"), checks.concrete(self.final_weight, "final_weight", fn),
             self.is_acceptor)
 
-    def to_openfst(self) -> str:
+    def to_openfst(self, *, isymbols: SymbolTable | None = None,
+                   osymbols: SymbolTable | None = None) -> str:
         """Writes OpenFst's AT&T text format (scores negated to costs).
 
         Arcs leaving state 0 come first, so that `fstcompile` takes it as the
-        start; otherwise arc order is kept. Padding arcs are left out.
+        start; otherwise arc order is kept. Padding arcs are left out. With a
+        symbol table, that column's labels are written as its symbols; an
+        acceptor's one label column uses `isymbols` (`osymbols` defaults to
+        it).
 
+        Args:
+          isymbols: a `sj.SymbolTable` for the input labels, or None.
+          osymbols: a `sj.SymbolTable` for the output labels, or None.
         Returns:
           The text, ending in a newline.
+        Raises:
+          ValueError: for a batched Fsa, a label its table does not hold
+            (naming the arc, counted over real arcs), or an acceptor given
+            two different tables.
         Examples:
           >>> import semiring_jax as sj
           >>> text = sj.Fsa.from_arcs([(0, 1, 7, 0.5)], final=[1]).to_openfst()
           >>> print(text, end="")  # doctest: +NORMALIZE_WHITESPACE
           0	1	7	-0.5
           1	0.0
+          >>> letters = sj.SymbolTable({"<eps>": 0, "a": 7})
+          >>> fsa = sj.Fsa.from_arcs([(0, 1, 7, 0, 0.5)], final=[1])
+          >>> print(fsa.to_openfst(isymbols=letters, osymbols=letters), end="")
+          ... # doctest: +NORMALIZE_WHITESPACE
+          0	1	a	<eps>	-0.5
+          1	0.0
         """
-        return text_io.format_openfst(self._host_arrays("to_openfst"))
+        return text_io.format_openfst(self._host_arrays("to_openfst"), isymbols=isymbols,
+                                      osymbols=osymbols)
 
     def to_k2(self) -> str:
         """Writes k2's text format: a -1 arc into a new last state per final.
@@ -239,33 +273,150 @@ class Fsa:
         """
         return text_io.format_k2(self._host_arrays("to_k2"))
 
-    def to_dot(self, *, title: str = "") -> str:
-        """Graphviz source of the drawing: arcs `label:olabel/score`.
+    @classmethod
+    def from_pynini(cls, fst: Any, *, dtype: Any = np.float32) -> "Fsa":
+        """Converts a `pynini.Fst` (arc type standard, log or log64).
+
+        OpenFst costs become scores (negated); an infinite cost is a -inf
+        score, and a state with infinite final cost is not final. The start
+        state is renumbered to 0 as in `from_arcs`; an FST with no start
+        state becomes one state with no final (no path). Arcs come grouped
+        by source state, in OpenFst's order within a state; the weights are
+        read exactly (float64 for log64). Symbol tables are not carried:
+        read them with `sj.SymbolTable.from_pynini(fst.input_symbols())`.
+
+        Args:
+          fst: a pynini.Fst (or any pywrapfst FST).
+          dtype: float32 (default) or float64.
+        Returns:
+          An unbatched Fsa; an acceptor if every arc has ilabel == olabel.
+        Raises:
+          ImportError: without pynini (`pip install 'semiring_jax[pynini]'`).
+          TypeError: if `fst` is not a pynini or pywrapfst FST.
+          ValueError: for another arc type, or a weight that is not a score
+            (NaN, or a cost of -inf), naming the arc.
+        Examples:
+          >>> import pynini
+          >>> import semiring_jax as sj
+          >>> fst = pynini.accep("ab", weight=1.5)
+          >>> fsa = sj.Fsa.from_pynini(fst)
+          >>> print(fsa.label, round(float(sj.tot_score(fsa)), 4))
+          [97 98] -1.5
+        """
+        from semiring_jax._src import interop
+
+        dtype = checks.check_float_dtype(dtype, "dtype", "from_pynini")
+        return interop.from_pynini(fst, dtype=dtype)
+
+    def to_pynini(self, *, arc_type: str = "standard", isymbols: SymbolTable | None = None,
+                  osymbols: SymbolTable | None = None) -> Any:
+        """Converts to a `pynini.Fst`; scores become costs (negated).
+
+        States keep their numbers and state 0 is the start; a -inf score
+        becomes an infinite cost; padding arcs are left out. "standard" and
+        "log" weights are float32 (a float64 Fsa is rounded), "log64"
+        weights float64.
+
+        Args:
+          arc_type: "standard" (tropical), "log" or "log64".
+          isymbols: a `sj.SymbolTable` attached as the input symbols.
+          osymbols: one attached as the output symbols; an acceptor's
+            defaults to `isymbols`.
+        Returns:
+          A pynini.Fst.
+        Raises:
+          ImportError: without pynini (`pip install 'semiring_jax[pynini]'`).
+          ValueError: for a batched Fsa, an unknown arc type, or a label a
+            given table does not hold (naming the arc).
+        Examples:
+          >>> import semiring_jax as sj
+          >>> fst = sj.Fsa.from_arcs([(0, 1, 7, 0.5)], final=[1]).to_pynini(arc_type="log")
+          >>> print(fst.arc_type(), fst.num_states(), float(fst.final(1)))
+          log 2 0.0
+        """
+        from semiring_jax._src import interop
+
+        return interop.to_pynini(self._host_arrays("to_pynini"), arc_type=arc_type,
+                                 isymbols=isymbols, osymbols=osymbols)
+
+    def to_dot(self, *, title: str = "", isymbols: Any = None, osymbols: Any = None,
+               show_weights: bool = True, arc_values: Any = None, value_name: str = "",
+               precision: int = 3, color: bool = True, width: bool = True) -> str:
+        """Graphviz source of the drawing: arcs `ilabel:olabel/score`.
+
+        States are circles, final ones double circles reading `state/score`;
+        the start, state 0, is bold. An acceptor's arcs read `label/score`.
+        With `arc_values` (any per-arc array, e.g. `sj.arc_posteriors(fsa)`)
+        each arc gets a second line `value_name=value` and is coloured from
+        light grey to dark blue and widened from the smallest to the largest
+        finite value over the real arcs. Padding arcs are never drawn.
 
         Args:
           title: an optional graph title.
+          isymbols, osymbols: symbol tables for the input and output labels:
+            `sj.SymbolTable` or any object with `find(int) -> str`, a
+            `Mapping[int, str]` or a `Sequence[str]` indexed by label. None
+            (default) prints numbers. An acceptor uses only `isymbols`.
+          show_weights: write arc and final scores (default True).
+          arc_values: float [A] (numpy or concrete jax), one value per
+            (padded) arc, or None.
+          value_name: the name written before each value, e.g. "p".
+          precision: significant digits of scores and values.
+          color: colour the arcs by value (with `arc_values`).
+          width: set the arcs' pen width by value (with `arc_values`).
         Returns:
-          `digraph` source; final states are double circles `state/score`.
+          `digraph` source, ending in a newline.
+        Raises:
+          ValueError: for a batched or traced Fsa, an arc whose label a
+            symbol table lacks (naming the arc), arc_values not of shape [A],
+            or a precision below 1.
+          TypeError: for a symbol table of an unsupported kind.
         Examples:
           >>> import semiring_jax as sj
-          >>> print(sj.linear_fsa([5]).to_dot().splitlines()[0])
-          digraph FSA {
+          >>> fsa = sj.Fsa.from_arcs([(0, 1, 1, 0.5), (0, 1, 2, -0.25)], final=[1])
+          >>> print(fsa.to_dot(isymbols=["<eps>", "yes", "no"]).splitlines()[-3])
+            0 -> 1 [label = "yes/0.5"];
+          >>> source = fsa.to_dot(arc_values=sj.arc_posteriors(fsa), value_name="p",
+          ...                     show_weights=False, color=False)
+          >>> print(source.splitlines()[-3])
+            0 -> 1 [label = "1\\np=0.679", penwidth = 4.00];
         """
-        return dot.to_dot(self._host_arrays("to_dot"), title=title)
+        arrays = self._host_arrays("to_dot")
+        if arc_values is not None:
+            values = checks.concrete(arc_values, "arc_values", "to_dot")
+            checks.check_shape(values, "arc_values", "to_dot", (self.num_arcs,), "[A]")
+            arc_values = values[checks.concrete(self.arc_mask, "arc_mask", "to_dot")
+                                .astype(bool)]
+        return dot.to_dot(arrays, title=title, isymbols=isymbols, osymbols=osymbols,
+                          show_weights=show_weights, arc_values=arc_values,
+                          value_name=value_name, precision=precision, color=color,
+                          width=width, fn="to_dot")
 
-    def _repr_svg_(self) -> Optional[str]:
-        """SVG for Jupyter, through Graphviz's `dot`; None if it is missing."""
-        if self.batch_shape or shutil.which("dot") is None:
-            return None
-        result = subprocess.run(["dot", "-Tsvg"], input=self.to_dot(), text=True,
-                                capture_output=True, check=False)
-        return result.stdout if result.returncode == 0 else None
+    def _repr_svg_(self) -> str | None:
+        """SVG for Jupyter through Graphviz's `dot`; None when there is no
+        picture (no `dot`, or a batched or traced Fsa): never raises."""
+        source = self._dot_or_none()
+        return None if source is None else dot.render_svg(source)
 
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        svg = self._repr_svg_()
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        """Jupyter's display: the SVG picture when `dot` can draw it, else
+        the Graphviz source (or, batched or traced, the repr) as text."""
+        source = self._dot_or_none()
+        svg = None if source is None else dot.render_svg(source)
         if svg is not None:
-            return {"image/svg+xml": svg}
-        return {"text/plain": self.to_dot() if not self.batch_shape else repr(self)}
+            bundle = {"image/svg+xml": svg, "text/plain": repr(self)}
+        else:
+            bundle = {"text/plain": source if source is not None else repr(self)}
+        return {kind: data for kind, data in bundle.items()
+                if (not include or kind in include) and not (exclude and kind in exclude)}
+
+    def _dot_or_none(self) -> str | None:
+        # A display hook must not raise: a batched or traced Fsa (ValueError)
+        # or one rebuilt with placeholder leaves (TypeError) has no drawing.
+        try:
+            return self.to_dot()
+        except (ValueError, TypeError):
+            return None
 
     def __repr__(self) -> str:
         kind = "acceptor" if self.is_acceptor else "transducer"

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
+from collections.abc import Iterator
 
 import numpy as np
 
 from semiring_jax._src.host import build
+from semiring_jax._src.host.symbols import SymbolTable
 
-__all__ = ["parse_openfst", "format_openfst", "parse_k2", "format_k2"]
+__all__ = ["format_k2", "format_openfst", "label_tables", "parse_k2", "parse_openfst"]
 
 
 def _number(field: str, line_number: int, line: str, fn: str, *, integer: bool) -> float:
@@ -18,18 +19,27 @@ def _number(field: str, line_number: int, line: str, fn: str, *, integer: bool) 
     except ValueError:
         value = math.nan
     if integer and not (value.is_integer() if math.isfinite(value) else False):
-        raise ValueError(f"{fn}: line {line_number}: expected an integer, got {field!r} in {line!r}")
+        raise ValueError(
+            f"{fn}: line {line_number}: expected an integer, got {field!r} in {line!r}")
     if math.isnan(value):
         raise ValueError(f"{fn}: line {line_number}: expected a number, got {field!r} in {line!r}")
     return value
 
 
-def _lines(text: str):
+def _lines(text: str) -> Iterator[tuple[int, str, list[str]]]:
     """(line number, stripped line, fields) of the non-blank lines."""
     for line_number, line in enumerate(text.splitlines(), start=1):
         fields = line.split()
         if fields:
             yield line_number, line.strip(), fields
+
+
+def _is_number(field: str) -> bool:
+    try:
+        float(field)
+    except ValueError:
+        return False
+    return True
 
 
 def _is_integer(field: str) -> bool:
@@ -40,9 +50,55 @@ def _is_integer(field: str) -> bool:
     return True
 
 
-def parse_openfst(text: str, *, acceptor: Optional[bool], dtype: np.dtype) -> build.ArcArrays:
+def _is_olabel(field: str, osymbols: SymbolTable | None) -> bool:
+    """Whether the last field of `src dst x field` is an olabel, not a cost:
+    an integer, or with osymbols one of its symbols or no number at all (so
+    that an unknown symbol is reported as such, not as a bad cost)."""
+    if osymbols is None:
+        return _is_integer(field)
+    return field in osymbols or not _is_number(field)
+
+
+def label_tables(is_acceptor: bool | None, isymbols: SymbolTable | None,
+                 osymbols: SymbolTable | None, fn: str
+                 ) -> tuple[SymbolTable | None, SymbolTable | None]:
+    """The tables of the input and output label columns, checked.
+
+    An acceptor has one label column: it uses `isymbols`, or `osymbols`
+    when only that is given (osymbols defaults to isymbols), so both must
+    agree when both are given.
+    """
+    for name, table in (("isymbols", isymbols), ("osymbols", osymbols)):
+        if table is not None and not isinstance(table, SymbolTable):
+            raise TypeError(f"{fn}: {name} must be a sj.SymbolTable or None, got "
+                            f"{type(table).__name__}")
+    if is_acceptor:
+        if isymbols is not None and osymbols is not None and isymbols != osymbols:
+            raise ValueError(f"{fn}: an acceptor has one label column, but isymbols and "
+                             f"osymbols differ; pass one table")
+        shared = isymbols if isymbols is not None else osymbols
+        return shared, shared
+    return isymbols, osymbols
+
+
+def _label(field: str, table: SymbolTable | None, line_number: int, line: str, fn: str,
+           table_name: str) -> float:
+    """A label field: an integer, or with a table, one of its symbols."""
+    if table is None:
+        return _number(field, line_number, line, fn, integer=True)
+    if field not in table:
+        raise ValueError(f"{fn}: line {line_number}: symbol {field!r} is not in "
+                         f"{table_name}, in {line!r}")
+    return float(table.find(field))
+
+
+def parse_openfst(text: str, *, acceptor: bool | None, dtype: np.dtype,
+                  isymbols: SymbolTable | None = None,
+                  osymbols: SymbolTable | None = None) -> build.ArcArrays:
     """Parses AT&T text (see `Fsa.from_openfst` for the accepted forms)."""
     fn = "from_openfst"
+    label_tables(None, isymbols, osymbols, fn)
+    one_column = None  # an acceptor's label table, worked out at its first arc
     rows, finals, start = [], {}, None
     arity = None  # the number of label fields, 1 (acceptor) or 2 (transducer)
     for line_number, line, fields in _lines(text):
@@ -52,7 +108,8 @@ def parse_openfst(text: str, *, acceptor: Optional[bool], dtype: np.dtype) -> bu
                 f"or 'state [weight]', got {line!r}")
         if len(fields) <= 2:
             state = int(_number(fields[0], line_number, line, fn, integer=True))
-            cost = _number(fields[1], line_number, line, fn, integer=False) if len(fields) == 2 else 0.0
+            cost = (_number(fields[1], line_number, line, fn, integer=False)
+                    if len(fields) == 2 else 0.0)
             if state < 0 or cost == -math.inf:
                 raise ValueError(f"{fn}: line {line_number}: bad final state line {line!r}")
             finals[state] = 0.0 - cost
@@ -64,7 +121,7 @@ def parse_openfst(text: str, *, acceptor: Optional[bool], dtype: np.dtype) -> bu
                 kind = "acceptor" if acceptor else "transducer"
                 raise ValueError(f"{fn}: line {line_number}: not a {kind} arc: {line!r}")
         elif len(fields) == 4:
-            line_arity = 2 if _is_integer(fields[3]) else 1
+            line_arity = 2 if _is_olabel(fields[3], osymbols) else 1
         else:
             line_arity = 1 if len(fields) == 3 else 2
         if arity is not None and line_arity != arity:
@@ -72,7 +129,15 @@ def parse_openfst(text: str, *, acceptor: Optional[bool], dtype: np.dtype) -> bu
                 f"{fn}: line {line_number}: {line!r} mixes acceptor and transducer arcs; "
                 f"pass acceptor=True or acceptor=False")
         arity = line_arity
-        numbers = [_number(f, line_number, line, fn, integer=True) for f in fields[:2 + arity]]
+        numbers = [_number(f, line_number, line, fn, integer=True) for f in fields[:2]]
+        if arity == 1:
+            if one_column is None:
+                one_column = label_tables(True, isymbols, osymbols, fn)[0]
+            numbers.append(_label(fields[2], one_column, line_number, line, fn,
+                                  "isymbols" if isymbols is not None else "osymbols"))
+        else:
+            numbers += [_label(fields[2], isymbols, line_number, line, fn, "isymbols"),
+                        _label(fields[3], osymbols, line_number, line, fn, "osymbols")]
         if min(numbers) < 0:
             raise ValueError(f"{fn}: line {line_number}: negative state or label in {line!r}")
         cost = (_number(fields[2 + arity], line_number, line, fn, integer=False)
@@ -81,7 +146,7 @@ def parse_openfst(text: str, *, acceptor: Optional[bool], dtype: np.dtype) -> bu
             raise ValueError(f"{fn}: line {line_number}: cost -inf (score +inf) in {line!r}")
         if arity == 1:
             numbers.append(numbers[-1])
-        rows.append(numbers + [0.0 - cost])
+        rows.append([*numbers, 0.0 - cost])
         start = int(numbers[0]) if start is None else start
     arcs = np.asarray(rows, dtype=np.float64).reshape(-1, 5)
     if arity != 2:
@@ -91,8 +156,11 @@ def parse_openfst(text: str, *, acceptor: Optional[bool], dtype: np.dtype) -> bu
 
 
 def _number_text(value: float) -> str:
-    # repr is the shortest text that reads back to the same float64, and a
-    # float32 widened to float64 reads back to the same float32.
+    # numpy's str is the shortest text that reads back to the same value in
+    # the value's own dtype: a float32 0.1 prints as 0.1, where repr of its
+    # float64 widening would print 0.10000000149011612.
+    if isinstance(value, np.floating):
+        return str(value)
     return repr(float(value))
 
 
@@ -100,16 +168,38 @@ def _start_first(arrays: build.ArcArrays) -> np.ndarray:
     return np.argsort(arrays.src != 0, kind="stable")
 
 
-def format_openfst(arrays: build.ArcArrays) -> str:
-    """AT&T text of an unpadded FSA (scores negated to costs)."""
+def _label_texts(labels: np.ndarray, table: SymbolTable | None, fn: str, field: str,
+                 table_name: str) -> list[str]:
+    """Each label as text: its number, or with a table its symbol."""
+    if table is None:
+        return [str(int(label)) for label in labels]
+    for a, label in enumerate(labels):
+        if int(label) not in table:
+            raise ValueError(f"{fn}: arc {a} has {field}={int(label)}, which {table_name} "
+                             f"does not hold")
+    return [str(table.find(int(label))) for label in labels]
+
+
+def format_openfst(arrays: build.ArcArrays, *, isymbols: SymbolTable | None = None,
+                   osymbols: SymbolTable | None = None) -> str:
+    """AT&T text of an unpadded FSA (scores negated to costs), with labels
+    written as symbols of `isymbols` / `osymbols` where given."""
+    fn = "to_openfst"
+    itable, otable = label_tables(arrays.is_acceptor, isymbols, osymbols, fn)
+    if arrays.is_acceptor:
+        ilabels = _label_texts(arrays.ilabel, itable, fn, "label",
+                               "isymbols" if isymbols is not None else "osymbols")
+        olabels = ilabels
+    else:
+        ilabels = _label_texts(arrays.ilabel, itable, fn, "ilabel", "isymbols")
+        olabels = _label_texts(arrays.olabel, otable, fn, "olabel", "osymbols")
     lines = []
     for a in _start_first(arrays):
-        labels = ([arrays.ilabel[a]] if arrays.is_acceptor
-                  else [arrays.ilabel[a], arrays.olabel[a]])
-        fields = [arrays.src[a], arrays.dst[a], *labels]
+        labels = [ilabels[a]] if arrays.is_acceptor else [ilabels[a], olabels[a]]
+        states = [str(int(arrays.src[a])), str(int(arrays.dst[a]))]
         cost = ("Infinity" if arrays.weight[a] == -math.inf
                 else _number_text(0.0 - arrays.weight[a]))
-        lines.append("\t".join([str(int(f)) for f in fields] + [cost]))
+        lines.append("\t".join(states + labels + [cost]))
     finals = np.flatnonzero(arrays.final_weight > -math.inf)
     final_lines = [f"{int(s)}\t{_number_text(0.0 - arrays.final_weight[s])}" for s in finals]
     if not (arrays.src == 0).any():
@@ -155,7 +245,7 @@ def parse_k2(text: str, *, dtype: np.dtype) -> build.ArcArrays:
                     f"its final weight would depend on the semiring")
             finals[src] = score
             continue
-        if min([src, dst] + labels) < 0:
+        if min([src, dst, *labels]) < 0:
             raise ValueError(f"{fn}: line {line_number}: negative state or label in {line!r}")
         if max(src, dst) > final_state:
             raise ValueError(

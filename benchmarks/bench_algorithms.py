@@ -46,7 +46,7 @@ def lexicon(rng: np.random.Generator, num_words: int = 200, num_phones: int = 40
     arcs, next_state = [], 1
     for word in range(1, num_words + 1):
         length = int(rng.integers(3, 9))
-        states = [0] + list(range(next_state, next_state + length - 1)) + [0]
+        states = [0, *list(range(next_state, next_state + length - 1)), 0]
         next_state += length - 1
         for i in range(length):
             arcs.append((states[i], states[i + 1], int(rng.integers(1, num_phones + 1)),
@@ -73,8 +73,8 @@ def epsilon_dag(rng: np.random.Generator, num_states: int = 3000, num_arcs: int 
     dst = src + 1 + rng.integers(0, 20, num_arcs)
     dst = np.minimum(dst, num_states - 1)
     labels = np.where(rng.random(num_arcs) < 1 / 3, 0, rng.integers(1, 30, num_arcs))
-    arcs = [(int(s), int(d), int(l), int(l), float(x))
-            for s, d, l, x in zip(src, dst, labels, rng.normal(size=num_arcs))]
+    arcs = [(int(s), int(d), int(label), int(label), float(x))
+            for s, d, label, x in zip(src, dst, labels, rng.normal(size=num_arcs))]
     arcs += [(i, i + 1, 1, 1, 0.0) for i in range(num_states - 1)]  # everything connected
     return num_states, arcs, {num_states - 1: 0.0}
 

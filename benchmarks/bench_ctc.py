@@ -77,10 +77,9 @@ import resource
 import subprocess
 import sys
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import numpy as np
-
 from timing import Reps, first_call_seconds, interleaved_medians
 
 SEED = 20240611
@@ -238,6 +237,7 @@ def jax_contestant(fn: Callable, args: tuple) -> tuple[Callable, Callable, Calla
 
 def build_ours(inp: CtcInputs):
     import jax
+
     import semiring_jax as sj
 
     def loss(logits, input_lengths, labels, label_lengths):
@@ -372,7 +372,7 @@ def measure_one(impl: str, index: int) -> dict:
     return result
 
 
-def measure_in_subprocess(impl: str, index: int) -> Optional[dict]:
+def measure_in_subprocess(impl: str, index: int) -> dict | None:
     env = dict(os.environ, **MALLOC_ENV)
     cmd = [sys.executable, os.path.abspath(__file__), "--measure-one", impl, str(index)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -394,9 +394,9 @@ class Row:
     times: dict[str, float]
     compile_s: dict[str, float]
     checks: list[str]
-    mem: dict[str, Optional[dict]] = dataclasses.field(default_factory=dict)
+    mem: dict[str, dict | None] = dataclasses.field(default_factory=dict)
 
-    def ratio(self, peer: str) -> Optional[float]:
+    def ratio(self, peer: str) -> float | None:
         if "ours" not in self.times or peer not in self.times:
             return None
         return self.times[peer] / self.times["ours"]
@@ -425,7 +425,7 @@ def run_ctc_size(index: int, impls: list[str], reps: Reps) -> Row:
     inp = make_ctc_inputs(index)
     built = {name: BUILDERS[name](inp) for name in impls}
     compile_s, first = {}, {}
-    for name, (call, _, aot) in built.items():
+    for name, (call, _, _) in built.items():
         first[name] = first_call_seconds(call)
     results = {name: check() for name, (_, check, _) in built.items()}
     ref_loss, ref_grad = torch_float64_reference(inp)
@@ -473,11 +473,11 @@ def run_dense(reps: Reps) -> Row:
 # -- reporting -------------------------------------------------------------------------
 
 
-def fmt(value: Optional[float], spec: str, scale: float = 1.0) -> str:
+def fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
     return "n/a" if value is None else format(value * scale, spec)
 
 
-def mem_mb(row: Row, impl: str, key: str = "run_peak_kb") -> Optional[float]:
+def mem_mb(row: Row, impl: str, key: str = "run_peak_kb") -> float | None:
     m = row.mem.get(impl)
     return None if m is None else m[key] / 1024
 
@@ -486,6 +486,7 @@ def print_environment() -> None:
     import jax
     import optax
     import torch
+
     import semiring_jax as sj
     print(f"python {platform.python_version()}  jax {jax.__version__}  optax "
           f"{optax.__version__}  torch {torch.__version__}  numpy {np.__version__}  "
@@ -598,7 +599,7 @@ def print_goals(rows: list[Row], indices: list[int]) -> None:
 # -- main ------------------------------------------------------------------------------
 
 
-def main(argv: Optional[list[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: smallest CTC size only, fewer repetitions")

@@ -37,14 +37,15 @@ import os
 import platform
 import sys
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from timing import Reps, first_call_seconds, interleaved_medians
 
 import semiring_jax as sj
-from timing import Reps, first_call_seconds, interleaved_medians
 
 try:
     import pynini
@@ -379,13 +380,13 @@ class Row:
     ours_value: float
     compile_vg: float
     compile_value: float
-    openfst: Optional[float]
-    openfst_forward: Optional[float]
+    openfst: float | None
+    openfst_forward: float | None
     numpy: float
     checks: list[str]
 
     @property
-    def ratio_openfst(self) -> Optional[float]:
+    def ratio_openfst(self) -> float | None:
         return None if self.openfst is None else self.openfst / self.ours_vg
 
     @property
@@ -459,7 +460,7 @@ def run_row(workload: Workload, fsa: sj.Fsa, semiring_name: str, reps: Reps) -> 
 # -- reporting -------------------------------------------------------------------------
 
 
-def fmt(value: Optional[float], spec: str, scale: float = 1.0) -> str:
+def fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
     """`value * scale` formatted with `spec`, or "n/a" for a missing value."""
     return "n/a" if value is None else format(value * scale, spec)
 
@@ -479,7 +480,7 @@ def print_workloads(workloads: list[Workload], fsas: list[sj.Fsa], build_s: list
     """Sizes and schedule shapes: levels L = depth + 1, width W (states per
     level), R rows of K slots per level (incoming arcs; high in-degree
     states use several rows), and the padded slots L * R * K per scan."""
-    print("\nWorkloads (seed %d; state numbering permuted, 0 kept as start):" % SEED)
+    print(f"\nWorkloads (seed {SEED}; state numbering permuted, 0 kept as start):")
     print(f"  {'workload':<17}{'states':>8}{'arcs':>8}{'L':>6}{'W':>6}{'R':>6}{'K':>5}"
           f"{'R_out':>6}{'K_out':>6}{'slots L*R*K':>13}{'build (s)':>11}")
     for w, fsa, seconds in zip(workloads, fsas, build_s):
@@ -568,7 +569,7 @@ def print_summary(rows: list[Row]) -> None:
 # -- main ------------------------------------------------------------------------------
 
 
-def main(argv: Optional[list[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="fewer repetitions (same sizes), for a smoke run")

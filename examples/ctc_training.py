@@ -150,7 +150,7 @@ def evaluate(model: BiGRU, seed: int, num_shown: int = 4) -> float:
                for labels, length in zip(test["labels"], test["label_lengths"])]
     accuracy = float(np.mean([decode == target for decode, target in zip(decodes, targets)]))
     for target, decode in zip(targets[:num_shown], decodes[:num_shown]):
-        print(f"  target {str(target):20s} greedy decode {decode}")
+        print(f"  target {target!s:20s} greedy decode {decode}")
     print(f"  exact matches on 200 fresh sequences: {accuracy:.0%}")
     return accuracy
 

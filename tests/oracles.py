@@ -83,7 +83,7 @@ def _paths_from(arcs, start, max_len=None):
             dst = arcs[k][1]
             if max_len is None and dst in visited:
                 raise ValueError(f"cycle through state {dst} is reachable")
-            stack.append((path + (k,), dst, visited + (dst,)))
+            stack.append(((*path, k), dst, (*visited, dst)))
 
 
 def _successful(arcs, final, semiring, max_len=None):
@@ -281,7 +281,7 @@ def _dense_paths(arcs, emissions, length):
             yield state, score, labels
             continue
         for dst, ilabel, weight in leaving[state]:
-            stack.append((dst, score + weight + float(emissions[t, ilabel]), labels + (ilabel,)))
+            stack.append((dst, score + weight + float(emissions[t, ilabel]), (*labels, ilabel)))
 
 
 def brute_dense_tot_score(arcs, final, emissions, length, semiring):
@@ -328,7 +328,7 @@ def optax_ctc(logits, input_lengths, labels, label_lengths, blank=0):
     """optax.ctc_loss [B] and its gradient w.r.t. the logits [B, T, V]."""
     import jax
     import optax
-    batch, num_frames, _ = logits.shape
+    _batch, num_frames, _ = logits.shape
     logit_paddings = (np.arange(num_frames)[None] >= np.asarray(input_lengths)[:, None])
     label_paddings = (np.arange(labels.shape[1])[None] >= np.asarray(label_lengths)[:, None])
     def loss(x):

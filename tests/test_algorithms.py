@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pynini
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jax.test_util import check_grads
 
 import semiring_jax as sj

@@ -4,7 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import semiring_jax as sj
 from tests.strategies import acyclic_fsas, as_rows
@@ -84,7 +85,8 @@ def test_stack_errors_name_the_entry():
     transducer = sj.Fsa.from_arcs([(0, 1, 1, 2, 0.0)], final=[1])
     with pytest.raises(ValueError, match=r"fsas\[1\] is a transducer but fsas\[0\] is an acceptor"):
         sj.stack([acceptor, transducer])
-    with pytest.raises(ValueError, match=r"fsas\[1\] has float64 weights but fsas\[0\] has float32"):
+    with pytest.raises(ValueError,
+                       match=r"fsas\[1\] has float64 weights but fsas\[0\] has float32"):
         sj.stack([acceptor, sj.linear_fsa([1], dtype="float64")])
     with pytest.raises(ValueError, match="needs at least one Fsa"):
         sj.stack([])

@@ -22,7 +22,7 @@ def build(data, transducer=False):
 @settings(max_examples=60, deadline=None)
 @given(data=acyclic_fsas(transducer=True))
 def test_best_path_matches_brute_force(data):
-    _, arcs, final = data
+    _, arcs, _final = data
     fsa = build(data, transducer=True)
     path = sj.best_path(fsa)
     expected_arcs, expected_score = oracles.brute_best_path(*data)

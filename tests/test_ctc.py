@@ -111,7 +111,7 @@ def test_ctc_graph_scores_equal_minus_ctc_loss():
 
 def test_forced_align_is_batched_and_marks_padding():
     logits, input_lengths, labels, label_lengths = random_batch(6, 5, 15, 6, 5)
-    frames, scores = sj.forced_align(jax.nn.log_softmax(logits), input_lengths, labels,
+    frames, _scores = sj.forced_align(jax.nn.log_softmax(logits), input_lengths, labels,
                                      label_lengths)
     chex.assert_shape(frames, (5, 15))
     assert frames.dtype == jnp.int32
@@ -202,7 +202,8 @@ def test_ctc_graph_of_one_sequence_is_unbatched_and_outputs_the_labels():
     # Output labels (API.md): the label where it starts, 0 on blanks and repeats.
     assert sorted(set(np.asarray(graph.olabel).tolist())) == [0, 2, 3]
     starts = (np.asarray(graph.olabel) != 0)
-    np.testing.assert_array_equal(np.asarray(graph.ilabel)[starts], np.asarray(graph.olabel)[starts])
+    np.testing.assert_array_equal(np.asarray(graph.ilabel)[starts],
+                                  np.asarray(graph.olabel)[starts])
     topo = sj.ctc_topo(4, blank=3)
     blank_arcs = np.asarray(topo.ilabel) == 3
     assert not np.asarray(topo.olabel)[blank_arcs].any()

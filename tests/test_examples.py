@@ -18,7 +18,7 @@ import pytest
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 
 
-def _run_script(name: str, *args: str, env: dict = None) -> str:
+def _run_script(name: str, *args: str, env: dict | None = None) -> str:
     """The script's stdout; fails the test, showing all output, on a non-zero exit."""
     run = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py"), *args],
                          env={**os.environ, **(env or {})}, capture_output=True, text=True,

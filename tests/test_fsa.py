@@ -59,7 +59,7 @@ def test_from_arcs_errors_name_the_culprit(arcs, final, kwargs, message):
 
 
 def test_host_constructors_refuse_traced_values():
-    with pytest.raises(ValueError, match="from_arcs: arcs is a traced value; .* outside jax.jit"):
+    with pytest.raises(ValueError, match=r"from_arcs: arcs is a traced value; .* outside jax\.jit"):
         jax.jit(lambda w: sj.Fsa.from_arcs([(0, 1, 1, w)], final=[1]))(0.5)
     with pytest.raises(ValueError, match="linear_fsa: labels is a traced value"):
         jax.jit(sj.linear_fsa)(jnp.array([1, 2]))

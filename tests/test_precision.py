@@ -13,8 +13,8 @@ T = 5000
 
 def _compare(loss_fn, inputs32):
     inputs64 = inputs32.astype(np.float64)
-    value32, grad32 = jax.value_and_grad(lambda x: loss_fn(x).sum())(jnp.asarray(inputs32))
-    value64, grad64 = jax.value_and_grad(lambda x: loss_fn(x).sum())(jnp.asarray(inputs64))
+    _value32, grad32 = jax.value_and_grad(lambda x: loss_fn(x).sum())(jnp.asarray(inputs32))
+    _value64, grad64 = jax.value_and_grad(lambda x: loss_fn(x).sum())(jnp.asarray(inputs64))
     per_utterance32, per_utterance64 = loss_fn(jnp.asarray(inputs32)), loss_fn(
         jnp.asarray(inputs64))
     assert np.all(np.isfinite(per_utterance64))

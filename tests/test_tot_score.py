@@ -7,7 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import semiring_jax as sj
 from tests import oracles
@@ -296,7 +297,8 @@ def test_gradients_finite_and_exact(case, semiring, dtype):
                                 sj.arc_posteriors, sj.best_path])
 def test_cycle_is_refused_naming_a_state(op):
     fsa = sj.Fsa.from_arcs([(0, 1, 1, 0.0), (1, 2, 1, 0.0), (2, 1, 1, 0.0)], final=[2])
-    with pytest.raises(ValueError, match=r"state [12] lies on a cycle \((1 -> 2 -> 1|2 -> 1 -> 2)\)"):
+    cycle = r"state [12] lies on a cycle \((1 -> 2 -> 1|2 -> 1 -> 2)\)"
+    with pytest.raises(ValueError, match=cycle):
         op(fsa)
 
 

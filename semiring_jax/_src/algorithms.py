@@ -13,22 +13,38 @@ epsilon arcs weigh 0 (one), and "not final" is -inf (zero).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy.typing as npt
 
 from semiring_jax._src import checks
 from semiring_jax._src.batch import check_alike, stack, unstack
 from semiring_jax._src.fsa import Fsa, assemble
-from semiring_jax._src.semiring import TROPICAL
 from semiring_jax._src.host import build, structure
 from semiring_jax._src.host import compose as host_compose
+from semiring_jax._src.semiring import TROPICAL
 
-__all__ = ["parts_of", "check_operands", "placeholder", "trimmed_fsa", "invert", "project",
-           "arc_sort", "top_sort", "connect", "reverse", "union", "concat", "closure",
-           "compose", "intersect", "prune"]
+__all__ = [
+    "arc_sort",
+    "check_operands",
+    "closure",
+    "compose",
+    "concat",
+    "connect",
+    "intersect",
+    "invert",
+    "parts_of",
+    "placeholder",
+    "project",
+    "prune",
+    "reverse",
+    "top_sort",
+    "trimmed_fsa",
+    "union",
+]
 
 
 def parts_of(fsa: Fsa, fn: str) -> structure.Parts:
@@ -45,12 +61,14 @@ def parts_of(fsa: Fsa, fn: str) -> structure.Parts:
                            pick("olabel"), is_final, fsa.is_acceptor)
 
 
-def placeholder(num_states: int, src, dst, ilabel, olabel, dtype, is_acceptor: bool) -> Fsa:
+def placeholder(num_states: int, src: npt.ArrayLike, dst: npt.ArrayLike, ilabel: npt.ArrayLike,
+                olabel: npt.ArrayLike, dtype: npt.DTypeLike, is_acceptor: bool) -> Fsa:
     """An Fsa of the given structure whose weights are still to be set
     (arcs 0, final -inf), for `replace(weight=..., final_weight=...)`."""
     as32 = lambda values: np.asarray(values, np.int32)
+    src = as32(src)
     return assemble(build.ArcArrays(
-        num_states, as32(src), as32(dst), as32(ilabel), as32(olabel),
+        num_states, src, as32(dst), as32(ilabel), as32(olabel),
         np.zeros(len(src), dtype), np.full(num_states, -np.inf, dtype), is_acceptor))
 
 
@@ -71,18 +89,20 @@ def _assemble(operands: Sequence[Fsa], result: structure.Result) -> Fsa:
         real = np.flatnonzero(np.asarray(fsa.arc_mask))
         pieces += [jnp.asarray(fsa.weight)[real], jnp.asarray(fsa.final_weight)]
     dtype = operands[0].dtype
-    return _from_sources(result, jnp.concatenate(pieces + [jnp.array([-jnp.inf, 0.0], dtype)]))
+    return _from_sources(result, jnp.concatenate([*pieces, jnp.array([-jnp.inf, 0.0], dtype)]))
 
 
-def trimmed_fsa(num_states: int, src, dst, ilabel, olabel, is_final: np.ndarray,
+def trimmed_fsa(num_states: int, src: npt.ArrayLike, dst: npt.ArrayLike, ilabel: npt.ArrayLike,
+                olabel: npt.ArrayLike, is_final: np.ndarray,
                 arc_weight: jax.Array, final_weight: jax.Array, is_acceptor: bool) -> Fsa:
     """An Fsa of computed weights ([A], [S]), trimmed to the states on a
     successful path (start kept); `is_final` [S] is the structure's."""
+    src = np.asarray(src)
     num_arcs = len(src)
     sources = structure.Sources([0], [num_arcs], num_arcs + num_states,
                                 num_arcs + num_states + 1)
     final_source = np.where(is_final, num_arcs + np.arange(num_states), sources.zero)
-    result = structure.Result(num_states, np.asarray(src), np.asarray(dst), np.asarray(ilabel),
+    result = structure.Result(num_states, src, np.asarray(dst), np.asarray(ilabel),
                               np.asarray(olabel), np.arange(num_arcs), final_source,
                               is_acceptor)
     values = jnp.concatenate([arc_weight, final_weight,
@@ -98,7 +118,9 @@ def check_operands(operands: Sequence[Fsa], fn: str, same_kind: bool = True) -> 
                              f"operand 0 has {operands[0].batch_shape}")
 
 
-def _apply(fn: str, operands: Sequence[Fsa], make, same_kind: bool = True) -> Fsa:
+def _apply(fn: str, operands: Sequence[Fsa],
+           make: Callable[[list[structure.Parts]], structure.Result],
+           same_kind: bool = True) -> Fsa:
     """`make(parts)` on unbatched operands, entry by entry on batched ones."""
     check_operands(operands, fn, same_kind)
     if operands[0].batch_shape:
@@ -185,7 +207,7 @@ def top_sort(fsa: Fsa) -> Fsa:
       >>> print(fsa.src, fsa.dst)
       [0 1] [1 2]
     """
-    def make(parts):
+    def make(parts: list[structure.Parts]) -> structure.Result:
         result, culprit = structure.top_sort(parts[0])
         if culprit and culprit[0] == "start":
             raise ValueError(f"top_sort: state {culprit[1]} has an arc into the start state 0, "
@@ -193,6 +215,7 @@ def top_sort(fsa: Fsa) -> Fsa:
         if culprit:
             path = " -> ".join(str(state) for state in culprit)
             raise ValueError(f"top_sort: state {culprit[0]} lies on a cycle ({path})")
+        assert result is not None  # no culprit: top_sort gave a result
         return result
     return _apply("top_sort", [fsa], make)
 

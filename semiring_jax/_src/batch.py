@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -13,10 +14,10 @@ import numpy as np
 
 from semiring_jax._src import checks
 from semiring_jax._src.fsa import Fsa, assemble
-from semiring_jax._src.schedule import Schedule
 from semiring_jax._src.host import build, schedule
+from semiring_jax._src.schedule import Schedule
 
-__all__ = ["stack", "unstack", "map_batch", "jit_over_batch", "pad_entry", "check_alike"]
+__all__ = ["check_alike", "jit_over_batch", "map_batch", "pad_entry", "stack", "unstack"]
 
 
 def map_batch(fn: Callable[..., Any], fsa: Fsa, *args: Any) -> Any:
@@ -27,7 +28,7 @@ def map_batch(fn: Callable[..., Any], fsa: Fsa, *args: Any) -> Any:
     return mapped(fsa, *args)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def jit_over_batch(one_fsa_op: Callable[..., Any]) -> Callable[..., Any]:
     """`one_fsa_op` mapped over the batch axes and jitted, so that eager calls
     compile once per shape (inside a user's jit it simply inlines)."""
@@ -119,7 +120,7 @@ def check_alike(fsas: Sequence[Fsa], fn: str, name: Callable[[int], str], *,
                              f"{fsas[0].dtype}")
 
 
-def _common_shape(fsas: Sequence[Fsa], bucket: bool) -> Optional[schedule.ScheduleShape]:
+def _common_shape(fsas: Sequence[Fsa], bucket: bool) -> schedule.ScheduleShape | None:
     """The smallest schedule shape that fits every entry; None if one is cyclic."""
     real_arcs = []
     for fsa in fsas:
@@ -129,7 +130,7 @@ def _common_shape(fsas: Sequence[Fsa], bucket: bool) -> Optional[schedule.Schedu
 
 
 def pad_entry(fsa: Fsa, num_states: int, num_arcs: int,
-              shape: Optional[schedule.ScheduleShape]) -> Fsa:
+              shape: schedule.ScheduleShape | None) -> Fsa:
     """One unbatched Fsa padded to `num_states`, `num_arcs` and `shape`."""
     src, dst, arc_mask = _host_structure(fsa, "stack")
     arrays = build.ArcArrays(

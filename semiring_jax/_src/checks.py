@@ -7,7 +7,7 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["is_traced", "check_not_traced", "concrete", "check_float_dtype", "check_shape"]
+__all__ = ["check_float_dtype", "check_not_traced", "check_shape", "concrete", "is_traced"]
 
 
 def is_traced(value: Any) -> bool:
@@ -34,7 +34,8 @@ def check_float_dtype(dtype: Any, name: str, fn: str) -> np.dtype:
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise ValueError(f"{fn}: {name} must be float32 or float64, got {dtype}")
-    if dtype == np.float64 and not jax.config.jax_enable_x64:
+    # JAX sets its flags as Config attributes at run time; its stubs omit them.
+    if dtype == np.float64 and not jax.config.jax_enable_x64:  # type: ignore[attr-defined]
         raise ValueError(
             f"{fn}: {name} is float64 but jax_enable_x64 is off; enable it with "
             f"jax.config.update('jax_enable_x64', True) or pass float32")

@@ -17,7 +17,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-__all__ = ["two_sum", "add", "log_sum_pair", "log_sum_columns", "exp_difference"]
+__all__ = ["add", "exp_difference", "log_sum_columns", "log_sum_pair", "two_sum"]
 
 
 def two_sum(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -61,7 +61,7 @@ def log_sum_columns(his: list[jax.Array], los: list[jax.Array]
     # Elementwise over the K columns: XLA fuses it into one kernel, where a
     # reduction over a [S, K] array would start a new one.
     safe_top = _safe(functools.reduce(jnp.maximum, his, jnp.full_like(his[0], -jnp.inf)))
-    total = functools.reduce(jnp.add, [jnp.exp((h - safe_top) + l) for h, l in zip(his, los)])
+    total = functools.reduce(jnp.add, [jnp.exp((h - safe_top) + lo) for h, lo in zip(his, los)])
     return two_sum(safe_top, _log_total(total))
 
 

@@ -12,11 +12,14 @@ state is gathered once per frame, not once per arc.
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional, Sequence, Union
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy.typing as npt
+from jax.typing import DTypeLike
 
 from semiring_jax._src import checks, dense_recursion
 from semiring_jax._src.dense import best_columns, check_emissions, check_lengths, dtype_of
@@ -24,11 +27,11 @@ from semiring_jax._src.dense_recursion import Slots
 from semiring_jax._src.fsa import Fsa
 from semiring_jax._src.semiring import LOG
 
-__all__ = ["ctc_topo", "ctc_graph", "ctc_loss", "forced_align"]
+__all__ = ["ctc_graph", "ctc_loss", "ctc_topo", "forced_align"]
 
 
 def ctc_topo(vocab_size: int, blank: int = 0, *, modified: bool = False,
-             dtype: Any = np.float32) -> Fsa:
+             dtype: npt.DTypeLike = np.float32) -> Fsa:
     """The CTC topology: a transducer from frame tokens to output labels.
 
     Standard (k2's `ctc_topo(modified=False)`): one state per token, state 0
@@ -96,7 +99,7 @@ def _is_one_sequence(labels: Any) -> bool:
     return all(np.ndim(label) == 0 for label in labels)
 
 
-def _label_rows(labels: Any, label_lengths: Optional[Any], fn: str
+def _label_rows(labels: Any, label_lengths: Any | None, fn: str
                 ) -> list[np.ndarray]:
     """Host label sequences from a padded [B, U] array (+ lengths) or lists."""
     if label_lengths is None and not hasattr(labels, "shape"):
@@ -123,8 +126,9 @@ def _check_label_lengths(lengths: np.ndarray, labels_shape: tuple[int, ...], fn:
                          f"U = {max_labels} labels (and lengths must be >= 0)")
 
 
-def ctc_graph(labels: Union[Sequence[Sequence[int]], Any], label_lengths: Optional[Any] = None,
-              *, blank: int = 0, dtype: Any = np.float32) -> Fsa:
+def ctc_graph(labels: Sequence[Sequence[int]] | npt.ArrayLike,
+              label_lengths: npt.ArrayLike | None = None, *, blank: int = 0,
+              dtype: npt.DTypeLike = np.float32) -> Fsa:
     """The CTC graph of a label sequence, or a batch of them.
 
     For l_1..l_U: 2U + 1 states (even: blank, 2i + 1: l_{i+1}); each state
@@ -185,9 +189,9 @@ def _one_ctc_graph(row: np.ndarray, blank: int, dtype: Any) -> Fsa:
     skip = states[1:-2:2]  # label state 2i+1 -> 2i+3 when the labels differ
     skip = skip[token[skip] != token[skip + 2]]
     arcs.append(np.stack([skip, skip + 2, token[skip + 2], token[skip + 2]], axis=1))
-    arcs = np.concatenate(arcs)
-    arcs = arcs[np.lexsort((arcs[:, 1], arcs[:, 0]))]  # by source, then destination
-    rows = np.concatenate([arcs, np.zeros((arcs.shape[0], 1))], axis=1).tolist()
+    table = np.concatenate(arcs)
+    table = table[np.lexsort((table[:, 1], table[:, 0]))]  # by source, then destination
+    rows = np.concatenate([table, np.zeros((table.shape[0], 1))], axis=1).tolist()
     final = [num_states - 1] + ([num_states - 2] if row.size else [])
     return Fsa.from_arcs(rows, final=sorted(final), num_states=num_states, dtype=dtype)
 
@@ -195,7 +199,8 @@ def _one_ctc_graph(row: np.ndarray, blank: int, dtype: Any) -> Fsa:
 # -- the loss, on JAX-built slot tables -----------------------------------------
 
 
-def _ctc_tables(labels: jax.Array, label_length: jax.Array, blank: int, dtype: Any):
+def _ctc_tables(labels: jax.Array, label_length: jax.Array, blank: int,
+                dtype: DTypeLike) -> tuple[jax.Array, jax.Array, jax.Array]:
     """One utterance: (state tokens [S], slot weights [S, 3], final [S])."""
     num_states = 2 * labels.shape[0] + 1
     states = jnp.arange(num_states, dtype=jnp.int32)
@@ -210,12 +215,18 @@ def _ctc_tables(labels: jax.Array, label_length: jax.Array, blank: int, dtype: A
     return token, slot_weight, final_weight
 
 
-def _ctc_totals(log_probs, input_lengths, labels, label_lengths, blank, one_utterance):
+# (slots, slot_weight [S, 3], final [S], state emissions [T, S], length, token [S]) -> result
+Utterance = Callable[[Slots, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array], Any]
+
+
+def _ctc_totals(log_probs: jax.Array, input_lengths: jax.Array, labels: jax.Array,
+                label_lengths: jax.Array, blank: int, one_utterance: Utterance) -> Any:
     tokens, slot_weights, final_weights = jax.vmap(
         lambda row, n: _ctc_tables(row, n, blank, log_probs.dtype))(labels, label_lengths)
     state_emissions = _state_emissions(log_probs, tokens)  # [T, B, S]
 
-    def per_utterance(state_emissions, length, token, slot_weight, final_weight):
+    def per_utterance(state_emissions: jax.Array, length: jax.Array, token: jax.Array,
+                      slot_weight: jax.Array, final_weight: jax.Array) -> Any:
         slots = Slots(src=None, label=None, leaving=None)  # banded: slot k from s - k
         return one_utterance(slots, slot_weight, final_weight, state_emissions, length,
                              token)
@@ -235,8 +246,11 @@ def _state_emissions(log_probs: jax.Array, tokens: jax.Array) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnames=("blank", "zero_infinity"))
-def _ctc_loss(log_probs, input_lengths, labels, label_lengths, blank, zero_infinity):
-    def one_utterance(slots, slot_weight, final_weight, state_emissions, length, token):
+def _ctc_loss(log_probs: jax.Array, input_lengths: jax.Array, labels: jax.Array,
+              label_lengths: jax.Array, blank: int, zero_infinity: bool) -> jax.Array:
+    def one_utterance(slots: Slots, slot_weight: jax.Array, final_weight: jax.Array,
+                      state_emissions: jax.Array, length: jax.Array,
+                      token: jax.Array) -> jax.Array:
         return dense_recursion.total(LOG, slots, slot_weight, final_weight, state_emissions,
                                      length, slot_grads=False)
     totals = _ctc_totals(log_probs, input_lengths, labels, label_lengths, blank,
@@ -249,7 +263,9 @@ def _ctc_loss(log_probs, input_lengths, labels, label_lengths, blank, zero_infin
     return loss
 
 
-def _check_ctc_inputs(log_probs, input_lengths, labels, label_lengths, blank, fn):
+def _check_ctc_inputs(log_probs: npt.ArrayLike, input_lengths: npt.ArrayLike | None,
+                      labels: npt.ArrayLike, label_lengths: npt.ArrayLike, blank: int,
+                      fn: str) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     log_probs = check_emissions(log_probs, fn, "log_probs")
     batch, num_frames, vocab_size = log_probs.shape
     input_lengths = check_lengths(input_lengths, batch, num_frames, fn, "input_lengths", "T")
@@ -276,8 +292,9 @@ def _check_ctc_inputs(log_probs, input_lengths, labels, label_lengths, blank, fn
     return log_probs, input_lengths, labels, label_lengths
 
 
-def ctc_loss(log_probs: Any, input_lengths: Any, labels: Any, label_lengths: Any,
-             blank: int = 0, *, zero_infinity: bool = False) -> jax.Array:
+def ctc_loss(log_probs: npt.ArrayLike, input_lengths: npt.ArrayLike, labels: npt.ArrayLike,
+             label_lengths: npt.ArrayLike, blank: int = 0, *,
+             zero_infinity: bool = False) -> jax.Array:
     """Connectionist temporal classification loss, per utterance.
 
     The negative log of the total probability of the frame-level token
@@ -318,14 +335,18 @@ def ctc_loss(log_probs: Any, input_lengths: Any, labels: Any, label_lengths: Any
 
 
 @functools.partial(jax.jit, static_argnames="blank")
-def _forced_align(log_probs, input_lengths, labels, label_lengths, blank):
-    def one_utterance(slots, slot_weight, final_weight, state_emissions, length, token):
+def _forced_align(log_probs: jax.Array, input_lengths: jax.Array, labels: jax.Array,
+                  label_lengths: jax.Array, blank: int) -> tuple[jax.Array, jax.Array]:
+    def one_utterance(slots: Slots, slot_weight: jax.Array, final_weight: jax.Array,
+                      state_emissions: jax.Array, length: jax.Array,
+                      token: jax.Array) -> tuple[jax.Array, jax.Array]:
         states, score = best_columns(slots, slot_weight, final_weight, state_emissions, length)
         return jnp.where(states >= 0, token[jnp.maximum(states, 0)], -1), score
     return _ctc_totals(log_probs, input_lengths, labels, label_lengths, blank, one_utterance)
 
 
-def forced_align(log_probs: Any, input_lengths: Any, labels: Any, label_lengths: Any,
+def forced_align(log_probs: npt.ArrayLike, input_lengths: npt.ArrayLike,
+                 labels: npt.ArrayLike, label_lengths: npt.ArrayLike,
                  blank: int = 0) -> tuple[jax.Array, jax.Array]:
     """The best CTC alignment of each utterance (batched Viterbi).
 

@@ -9,19 +9,28 @@ arc consumes one frame.
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy.typing as npt
 
 from semiring_jax._src import checks, dense_recursion
 from semiring_jax._src.dense_recursion import Slots
 from semiring_jax._src.fsa import Fsa
 from semiring_jax._src.semiring import LOG, TROPICAL, Semiring
 
-__all__ = ["dense_tot_score", "viterbi_decode", "check_emissions", "check_lengths", "dtype_of",
-           "check_graph", "graph_slots"]
+__all__ = [
+    "check_emissions",
+    "check_graph",
+    "check_lengths",
+    "dense_tot_score",
+    "dtype_of",
+    "graph_slots",
+    "viterbi_decode",
+]
 
 
 def dtype_of(values: Any) -> np.dtype:
@@ -97,10 +106,11 @@ def graph_slots(graph: Fsa, semiring: Semiring) -> tuple[Slots, jax.Array, jax.A
     slot_of_arc = slot_of_arc.at[in_arcs.reshape(-1)].set(
         jnp.arange(no_slot, dtype=jnp.int32)).at[graph.num_arcs].set(no_slot)
     leaving = slot_of_arc[graph.schedule.state_out_arcs]
-    return Slots(src=src, label=label, leaving=leaving), weight, graph.final_weight
+    return Slots(src=src, label=label, leaving=leaving), weight, jnp.asarray(graph.final_weight)
 
 
-def _over_batch(one_utterance, graph: Fsa, emissions: jax.Array, lengths: jax.Array):
+def _over_batch(one_utterance: Callable[[Fsa, jax.Array, jax.Array], Any], graph: Fsa,
+                emissions: jax.Array, lengths: jax.Array) -> Any:
     """`one_utterance(graph, emissions [T, V], length)` vmapped over B."""
     graph_axis = 0 if graph.batch_shape else None
     return jax.vmap(one_utterance, in_axes=(graph_axis, 0, 0))(graph, emissions, lengths)
@@ -109,14 +119,14 @@ def _over_batch(one_utterance, graph: Fsa, emissions: jax.Array, lengths: jax.Ar
 @functools.partial(jax.jit, static_argnames="semiring")
 def _dense_tot_score(graph: Fsa, emissions: jax.Array, lengths: jax.Array,
                      semiring: Semiring) -> jax.Array:
-    def one_utterance(graph, emissions, length):
+    def one_utterance(graph: Fsa, emissions: jax.Array, length: jax.Array) -> jax.Array:
         slots, slot_weight, final_weight = graph_slots(graph, semiring)
         return dense_recursion.total(semiring, slots, slot_weight, final_weight, emissions,
                                      length)
     return _over_batch(one_utterance, graph, emissions, lengths)
 
 
-def dense_tot_score(graph: Fsa, emissions: Any, lengths: Optional[Any] = None,
+def dense_tot_score(graph: Fsa, emissions: npt.ArrayLike, lengths: npt.ArrayLike | None = None,
                     semiring: Semiring = LOG) -> jax.Array:
     """⊕ over the paths of `graph` that consume exactly `lengths[b]` frames.
 
@@ -165,8 +175,10 @@ def dense_tot_score(graph: Fsa, emissions: Any, lengths: Optional[Any] = None,
 
 
 @jax.jit
-def _viterbi_decode(graph: Fsa, emissions: jax.Array, lengths: jax.Array):
-    def one_utterance(graph, emissions, length):
+def _viterbi_decode(graph: Fsa, emissions: jax.Array,
+                    lengths: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def one_utterance(graph: Fsa, emissions: jax.Array,
+                      length: jax.Array) -> tuple[jax.Array, jax.Array]:
         slots, slot_weight, final_weight = graph_slots(graph, TROPICAL)
         return best_columns(slots, slot_weight, final_weight, emissions, length)
     return _over_batch(one_utterance, graph, emissions, lengths)
@@ -187,8 +199,8 @@ def best_columns(slots: Slots, slot_weight: jax.Array, final_weight: jax.Array,
     return columns.astype(jnp.int32), score
 
 
-def viterbi_decode(graph: Fsa, emissions: Any,
-                   lengths: Optional[Any] = None) -> tuple[jax.Array, jax.Array]:
+def viterbi_decode(graph: Fsa, emissions: npt.ArrayLike,
+                   lengths: npt.ArrayLike | None = None) -> tuple[jax.Array, jax.Array]:
     """The best path through `graph`'s dense intersection, frame by frame.
 
     The path maximises the TROPICAL score of `dense_tot_score` (ties as

@@ -13,25 +13,38 @@ kernels.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from semiring_jax._src import compensated
-from semiring_jax._src.dense_slots import (Slots, by_columns, frame_columns, frame_scores,
-                                           pull_columns, push_columns, push_destinations,
-                                           varying_like)
+from semiring_jax._src.dense_slots import (
+    Slots,
+    Slotwise,
+    by_columns,
+    frame_columns,
+    frame_scores,
+    pull_columns,
+    push_columns,
+    push_destinations,
+    varying_like,
+)
 
-__all__ = ["forward", "total_pair", "posterior_grads"]
+__all__ = ["forward", "posterior_grads", "total_pair"]
 
 _ZERO = -jnp.inf
 
 
-def _start(num_states: int, dtype, reference: jax.Array) -> tuple[jax.Array, jax.Array]:
+def _start(num_states: int, dtype: DTypeLike,
+           reference: jax.Array) -> tuple[jax.Array, jax.Array]:
     hi = jnp.full(num_states, _ZERO, dtype).at[0].set(0)
     return varying_like(reference, hi), varying_like(reference, jnp.zeros(num_states, dtype))
 
 
-def _to_dst(slots: Slots, slot_weight: jax.Array, frame: jax.Array, his, los):
+def _to_dst(slots: Slots, slot_weight: jax.Array, frame: jax.Array, his: Slotwise,
+            los: Slotwise) -> tuple[Slotwise, Slotwise]:
     """slot weight + emission + (hi, lo), slot by slot, as pairs (columns
     or [S, K] arrays, as `dense_slots.by_columns` says).
 
@@ -41,35 +54,41 @@ def _to_dst(slots: Slots, slot_weight: jax.Array, frame: jax.Array, his, los):
     num_slots = slot_weight.shape[1]
     emissions = frame_columns(frame, slots, num_slots)
     if not by_columns(slots, num_slots):
+        assert not isinstance(emissions, list)  # by_columns says which
         return _add(his, los, slot_weight + emissions)
     return _add(his, los, [slot_weight[:, k] + emissions[k] for k in range(num_slots)])
 
 
-def _add(his, los, values):
+def _add(his: Slotwise, los: Slotwise, values: Slotwise) -> tuple[Slotwise, Slotwise]:
     """(hi, lo) + values slot by slot, for columns or an [S, K] array."""
     if not isinstance(his, list):
+        assert not isinstance(los, list) and not isinstance(values, list)  # like `his`
         return compensated.add(his, los, values)
     pairs = [compensated.add(hi, lo, value) for hi, lo, value in zip(his, los, values)]
     return [hi for hi, _ in pairs], [lo for _, lo in pairs]
 
 
-def _log_sum(his, los) -> tuple[jax.Array, jax.Array]:
+def _log_sum(his: Slotwise, los: Slotwise) -> tuple[jax.Array, jax.Array]:
     """log Σ over a state's slots, for columns or an [S, K] array."""
     if isinstance(his, list):
+        assert isinstance(los, list)  # like `his`
         return compensated.log_sum_columns(his, los)
+    assert not isinstance(los, list)  # like `his`
     return compensated.log_sum_pair(his, los, axis=1)
 
 
-def _stacked(values) -> jax.Array:
+def _stacked(values: Slotwise) -> jax.Array:
     return jnp.stack(values, axis=1) if isinstance(values, list) else values
 
 
-def forward(slots: Slots, slot_weight: jax.Array, emissions: jax.Array, length: jax.Array):
+def forward(slots: Slots, slot_weight: jax.Array, emissions: jax.Array,
+            length: jax.Array) -> tuple[tuple[jax.Array, jax.Array], Any]:
     """((α_hi, α_lo) [S] after `length` frames, (hi, lo) [T, S] after each
     frame)."""
     num_states, num_slots = slot_weight.shape
 
-    def step(carry, inputs):
+    def step(carry: tuple[jax.Array, jax.Array], inputs: tuple[jax.Array, jax.Array]
+             ) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:
         hi, lo = carry
         t, frame = inputs
         terms = _to_dst(slots, slot_weight, frame, pull_columns(hi, slots, num_slots, _ZERO),
@@ -92,7 +111,8 @@ def total_pair(alpha: tuple[jax.Array, jax.Array],
 
 def posterior_grads(slot_grads: bool, slots: Slots, slot_weight: jax.Array,
                     final_weight: jax.Array, emissions: jax.Array, length: jax.Array,
-                    alpha_end, saved):
+                    alpha_end: tuple[jax.Array, jax.Array], saved: tuple[jax.Array, jax.Array]
+                    ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(slot [S, K], final [S], emission [T, V] or [T, S]) gradients of the
     total: expected uses of each slot, stopping posteriors, and per-frame
     column (or state) posteriors; all exactly 0 when the total is -inf."""
@@ -111,7 +131,8 @@ def posterior_grads(slot_grads: bool, slots: Slots, slot_weight: jax.Array,
         saved_hi = jnp.concatenate([start_hi[None], saved_hi[:-1]])
         saved_lo = jnp.concatenate([start_lo[None], saved_lo[:-1]])
 
-    def step(carry, inputs):
+    def step(carry: tuple[jax.Array, jax.Array, jax.Array], inputs: tuple[jax.Array, ...]
+             ) -> tuple[tuple[jax.Array, jax.Array, jax.Array], jax.Array]:
         beta_hi, beta_lo, slot_grad = carry  # β after frame t; [S, K] so far
         t, frame, alpha_hi, alpha_lo = inputs
         active = t < length
@@ -148,7 +169,7 @@ def posterior_grads(slot_grads: bool, slots: Slots, slot_weight: jax.Array,
     return slot_grad, final_grad, emission_grad
 
 
-def _columns(label, mass: jax.Array, num_columns: int) -> jax.Array:
+def _columns(label: jax.Array | None, mass: jax.Array, num_columns: int) -> jax.Array:
     """Sums slot posteriors `mass` [S, K] into [V] by emission column, or
     into [S] when the emissions are per state (label None)."""
     if label is None:

@@ -26,15 +26,17 @@ semirings are differentiated by autodiff through the plain scan.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from semiring_jax._src import dense_log
-from semiring_jax._src.dense_slots import (Slots, frame_scores, max_or_zero, pull,
-                                           varying_like)
+from semiring_jax._src.dense_slots import Slots, frame_scores, max_or_zero, pull, varying_like
 from semiring_jax._src.semiring import LOG, Semiring
 
-__all__ = ["Slots", "total", "dense_total", "best_frames", "forward_with_choices"]
+__all__ = ["Slots", "best_frames", "dense_total", "forward_with_choices", "total"]
 
 
 def _normalises(semiring: Semiring) -> bool:
@@ -43,14 +45,16 @@ def _normalises(semiring: Semiring) -> bool:
     return semiring.sum_grad is not None or semiring.argsum is not None
 
 
-def _start(semiring: Semiring, num_states: int, dtype, reference: jax.Array) -> jax.Array:
+def _start(semiring: Semiring, num_states: int, dtype: DTypeLike,
+           reference: jax.Array) -> jax.Array:
     """α before the first frame: one at the start state, zero elsewhere."""
     start = jnp.full(num_states, semiring.zero, dtype).at[0].set(semiring.one)
     return varying_like(reference, start)
 
 
 def _forward(semiring: Semiring, slots: Slots, slot_weight: jax.Array,
-             emissions: jax.Array, length: jax.Array, *, with_choice: bool = False):
+             emissions: jax.Array, length: jax.Array, *,
+             with_choice: bool = False) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Forward scan: (α after `length` frames [S], saves [T, S], shifts [T]).
 
     The saves are, per frame, α after it (normalised), or with
@@ -59,8 +63,12 @@ def _forward(semiring: Semiring, slots: Slots, slot_weight: jax.Array,
     num_states, num_slots = slot_weight.shape
     normalise = _normalises(semiring)
     dtype = slot_weight.dtype
+    argsum = semiring.argsum
+    if with_choice:
+        assert argsum is not None  # with_choice is for selective semirings
 
-    def step(alpha, inputs):
+    def step(alpha: jax.Array, inputs: tuple[jax.Array, jax.Array]
+             ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         t, frame = inputs  # frame: [V] or [S]
         terms = semiring.times(
             semiring.times(pull(alpha, slots, num_slots, semiring.zero), slot_weight),
@@ -69,7 +77,7 @@ def _forward(semiring: Semiring, slots: Slots, slot_weight: jax.Array,
         shift = max_or_zero(new) if normalise else jnp.zeros((), dtype)
         active = t < length
         new_alpha = jnp.where(active, new - shift if normalise else new, alpha)
-        saved = semiring.argsum(terms, new, axis=1) if with_choice else new_alpha
+        saved = argsum(terms, new, axis=1) if argsum is not None and with_choice else new_alpha
         return new_alpha, (saved, jnp.where(active, shift, 0).astype(dtype))
 
     frames = jnp.arange(emissions.shape[0], dtype=jnp.int32)
@@ -88,10 +96,12 @@ def _is_log(semiring: Semiring) -> bool:
     return semiring.sum is LOG.sum
 
 
-def _plain_total(semiring, slot_grads, slots, slot_weight, final_weight, emissions, length):
+def _plain_total(semiring: Semiring, slot_grads: bool, slots: Slots, slot_weight: jax.Array,
+                 final_weight: jax.Array, emissions: jax.Array, length: jax.Array) -> jax.Array:
     if _is_log(semiring):
-        alpha, _ = dense_log.forward(slots, slot_weight, emissions, length)
-        return sum(dense_log.total_pair(alpha, final_weight))
+        alpha_pair, _ = dense_log.forward(slots, slot_weight, emissions, length)
+        total_hi, total_lo = dense_log.total_pair(alpha_pair, final_weight)
+        return total_hi + total_lo
     alpha, _, shifts = _forward(semiring, slots, slot_weight, emissions, length)
     total = semiring.sum(_ends(semiring, alpha, final_weight), axis=0)
     return total + jnp.sum(shifts) if _normalises(semiring) else total
@@ -100,10 +110,14 @@ def _plain_total(semiring, slot_grads, slots, slot_weight, final_weight, emissio
 dense_total = jax.custom_vjp(_plain_total, nondiff_argnums=(0, 1))
 
 
-def _total_fwd(semiring, slot_grads, slots, slot_weight, final_weight, emissions, length):
+def _total_fwd(semiring: Semiring, slot_grads: bool, slots: Slots, slot_weight: jax.Array,
+               final_weight: jax.Array, emissions: jax.Array,
+               length: jax.Array) -> tuple[jax.Array, tuple[Any, ...]]:
+    alpha: Any  # LOG: the (hi, lo) pair
     if _is_log(semiring):
         alpha, saved = dense_log.forward(slots, slot_weight, emissions, length)
-        total = sum(dense_log.total_pair(alpha, final_weight))
+        total_hi, total_lo = dense_log.total_pair(alpha, final_weight)
+        total = total_hi + total_lo
     else:
         alpha, saved, shifts = _forward(semiring, slots, slot_weight, emissions, length,
                                         with_choice=True)
@@ -111,7 +125,8 @@ def _total_fwd(semiring, slot_grads, slots, slot_weight, final_weight, emissions
     return total, (slots, slot_weight, final_weight, emissions, length, alpha, saved)
 
 
-def _total_bwd(semiring, slot_grads, residuals, cotangent):
+def _total_bwd(semiring: Semiring, slot_grads: bool, residuals: tuple[Any, ...],
+               cotangent: jax.Array) -> tuple[None, jax.Array, jax.Array, jax.Array, None]:
     # | total | gradients                                                    |
     # | -inf  | exactly 0: LOG posteriors exp(α + β - Z) are 0 where Z is   |
     # |       | -inf, and TROPICAL traces no path                             |
@@ -132,7 +147,8 @@ dense_total.defvjp(_total_fwd, _total_bwd)
 
 
 def best_frames(semiring: Semiring, slots: Slots, num_slots: int, final_weight: jax.Array,
-                alpha_end: jax.Array, choices: jax.Array, length: jax.Array):
+                alpha_end: jax.Array, choices: jax.Array, length: jax.Array
+                ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """TROPICAL trace-back of the best path.
 
     Tie rule: the lowest-numbered best final state, then at each frame the
@@ -152,9 +168,11 @@ def best_frames(semiring: Semiring, slots: Slots, num_slots: int, final_weight: 
     ends = _ends(semiring, alpha_end, final_weight)
     best = semiring.sum(ends, axis=0)
     found = best > semiring.zero
+    assert semiring.argsum is not None  # a trace-back needs a selective semiring
     last = semiring.argsum(ends, best, axis=0)
 
-    def step(state, inputs):
+    def step(state: jax.Array, inputs: tuple[jax.Array, jax.Array]
+             ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         t, choice = inputs
         active = (t < length) & found
         slot = choice[state]
@@ -169,8 +187,10 @@ def best_frames(semiring: Semiring, slots: Slots, num_slots: int, final_weight: 
     return flat_slots, columns, found, last
 
 
-def _best_path_grads(semiring, slots, slot_weight, final_weight, emissions, length,
-                     alpha_end, choices):
+def _best_path_grads(semiring: Semiring, slots: Slots, slot_weight: jax.Array,
+                     final_weight: jax.Array, emissions: jax.Array, length: jax.Array,
+                     alpha_end: jax.Array, choices: jax.Array
+                     ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """TROPICAL: the indicator of the traced-back best path."""
     flat_slots, columns, found, last = best_frames(
         semiring, slots, slot_weight.shape[1], final_weight, alpha_end, choices, length)
@@ -186,7 +206,8 @@ def _best_path_grads(semiring, slots, slot_weight, final_weight, emissions, leng
 
 
 def forward_with_choices(semiring: Semiring, slots: Slots, slot_weight: jax.Array,
-                         emissions: jax.Array, length: jax.Array):
+                         emissions: jax.Array, length: jax.Array
+                         ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(α_length [S], choices [T, S], shifts [T]) for a trace-back."""
     alpha, choices, shifts = _forward(semiring, slots, slot_weight, emissions, length,
                                       with_choice=True)

@@ -8,14 +8,25 @@ shifts, a general one with gathers.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Union
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-__all__ = ["Slots", "COLUMNS_UP_TO", "by_columns", "pull", "push", "pull_columns",
-           "push_columns", "push_destinations", "frame_columns", "frame_scores", "max_or_zero",
-           "varying_like"]
+__all__ = [
+    "COLUMNS_UP_TO",
+    "Slots",
+    "by_columns",
+    "frame_columns",
+    "frame_scores",
+    "max_or_zero",
+    "pull",
+    "pull_columns",
+    "push",
+    "push_columns",
+    "push_destinations",
+    "varying_like",
+]
 
 
 class Slots(NamedTuple):
@@ -30,9 +41,9 @@ class Slots(NamedTuple):
         source is each state, S * K where unused; None for a banded graph.
     """
 
-    src: Optional[jax.Array]
-    label: Optional[jax.Array]
-    leaving: Optional[jax.Array]
+    src: jax.Array | None
+    label: jax.Array | None
+    leaving: jax.Array | None
 
 
 def _shifted(values: jax.Array, offset: int, fill: float) -> jax.Array:
@@ -68,7 +79,7 @@ def push(slot_scores: jax.Array, slots: Slots, fill: float) -> jax.Array:
 # are big enough that one reduction beats K unrolled columns.
 COLUMNS_UP_TO = 8
 
-Slotwise = Union[list, jax.Array]  # K columns [S], or one [S, K] array
+Slotwise = list[jax.Array] | jax.Array  # K columns [S], or one [S, K] array
 
 
 def by_columns(slots: Slots, num_slots: int) -> bool:
@@ -105,6 +116,7 @@ def push_destinations(scores: jax.Array, slots: Slots, num_slots: int,
     if slots.src is None:
         return [_shifted(scores, -k, fill) for k in range(num_slots)]
     num_states = scores.shape[0]
+    assert slots.leaving is not None  # only a banded graph (src None) has none
     destination = jnp.where(slots.leaving < num_states * num_slots,
                             slots.leaving // num_slots, num_states)
     return _split(jnp.append(scores, jnp.full((1,), fill, scores.dtype))[destination], slots)
@@ -117,7 +129,7 @@ def frame_columns(frame: jax.Array, slots: Slots, num_slots: int) -> Slotwise:
     return _split(frame[slots.label], slots)
 
 
-def frame_scores(frame: jax.Array, label: Optional[jax.Array]) -> jax.Array:
+def frame_scores(frame: jax.Array, label: jax.Array | None) -> jax.Array:
     """This frame's emission per slot, [S, K], or per state, [S, 1]."""
     return frame[:, None] if label is None else frame[label]
 

@@ -54,6 +54,7 @@ def remove_epsilon(fsa: Fsa, semiring: Semiring = LOG) -> Fsa:
         path = " -> ".join(str(state) for state in cycle)
         raise ValueError(f"remove_epsilon: state {cycle[0]} lies on a cycle of epsilon arcs "
                          f"({path}); its closure would be an infinite sum")
+    assert tables is not None  # no cycle
     dtype = fsa.dtype
     real = np.flatnonzero(np.asarray(fsa.arc_mask))
     weight = jnp.asarray(fsa.weight)[real]

@@ -9,16 +9,17 @@ and a cycle if it has one); padded sizes are read from array shapes.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Optional, Sequence, Union
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jax
 import numpy as np
 
 from semiring_jax._src import checks
 from semiring_jax._src.array_types import ArrayLeaf
-from semiring_jax._src.schedule import Schedule
 from semiring_jax._src.host import arc_tables, build, dot, levels, schedule, text_io
 from semiring_jax._src.host.symbols import SymbolTable
+from semiring_jax._src.schedule import Schedule
 
 __all__ = ["Fsa", "assemble"]
 
@@ -98,9 +99,9 @@ class Fsa:
     # -- constructors ----------------------------------------------------------
 
     @classmethod
-    def from_arcs(cls, arcs: Any, final: Union[Mapping[int, float], Sequence[int]], *,
-                  num_states: Optional[int] = None, start: int = 0,
-                  dtype: Any = np.float32) -> "Fsa":
+    def from_arcs(cls, arcs: Any, final: Mapping[int, float] | Sequence[int], *,
+                  num_states: int | None = None, start: int = 0,
+                  dtype: Any = np.float32) -> Fsa:
         """Builds an Fsa from arc tuples and final states.
 
         Args:
@@ -136,9 +137,9 @@ class Fsa:
         return assemble(arrays)
 
     @classmethod
-    def from_openfst(cls, text: str, *, acceptor: Optional[bool] = None,
+    def from_openfst(cls, text: str, *, acceptor: bool | None = None,
                      dtype: Any = np.float32, isymbols: SymbolTable | None = None,
-                     osymbols: SymbolTable | None = None) -> "Fsa":
+                     osymbols: SymbolTable | None = None) -> Fsa:
         """Reads OpenFst's AT&T text format; costs become scores (negated).
 
         Arc lines are `src dst ilabel olabel [cost]` (transducer) or
@@ -183,7 +184,7 @@ class Fsa:
                                               isymbols=isymbols, osymbols=osymbols))
 
     @classmethod
-    def from_k2(cls, text: str, *, dtype: Any = np.float32) -> "Fsa":
+    def from_k2(cls, text: str, *, dtype: Any = np.float32) -> Fsa:
         """Reads k2's text format, mapping its final arcs to final weights.
 
         k2 lines are `src dst label score` (acceptor) or `src dst ilabel
@@ -274,7 +275,7 @@ class Fsa:
         return text_io.format_k2(self._host_arrays("to_k2"))
 
     @classmethod
-    def from_pynini(cls, fst: Any, *, dtype: Any = np.float32) -> "Fsa":
+    def from_pynini(cls, fst: Any, *, dtype: Any = np.float32) -> Fsa:
         """Converts a `pynini.Fst` (arc type standard, log or log64).
 
         OpenFst costs become scores (negated); an infinite cost is a -inf
@@ -426,7 +427,7 @@ class Fsa:
 
     # -- functional update -----------------------------------------------------
 
-    def replace(self, **fields: Any) -> "Fsa":
+    def replace(self, **fields: Any) -> Fsa:
         """A copy with some fields replaced; the input is unchanged.
 
         `weight`, `final_weight`, `ilabel` and `olabel` may be traced (this is
@@ -456,9 +457,9 @@ class Fsa:
             raise TypeError(
                 f"replace: unknown field(s) {sorted(unknown)}; expected some of "
                 f"{list(_FREE_FIELDS + _STRUCTURE_FIELDS)}")
-        arc_shape = self.batch_shape + (self.num_arcs,)
+        arc_shape = (*self.batch_shape, self.num_arcs)
         for name, value in fields.items():
-            expected = self.batch_shape + (self.num_states,) if name == "final_weight" else arc_shape
+            expected = (*self.batch_shape, self.num_states) if name == "final_weight" else arc_shape
             checks.check_shape(value, name, "replace", expected,
                                "[..., S]" if name == "final_weight" else "[..., A]")
         for name in set(fields) & {"ilabel", "olabel", "src", "dst"}:
@@ -517,7 +518,7 @@ def _rebuild(fsa: Fsa) -> Fsa:
 
 
 def _schedule_fields(num_states: int, src: np.ndarray, dst: np.ndarray, arc_mask: np.ndarray,
-               shape: Optional[schedule.ScheduleShape], real_sizes: np.ndarray
+               shape: schedule.ScheduleShape | None, real_sizes: np.ndarray
                ) -> dict[str, Any]:
     """The `schedule` and `cycle` fields for the given structure."""
     real_src, real_dst = src[arc_mask], dst[arc_mask]
@@ -531,9 +532,9 @@ def _schedule_fields(num_states: int, src: np.ndarray, dst: np.ndarray, arc_mask
     return dict(schedule=Schedule(**tables, real_sizes=real_sizes, **by_state), cycle=cycle)
 
 
-def assemble(arrays: build.ArcArrays, *, arc_mask: Optional[np.ndarray] = None,
-             shape: Optional[schedule.ScheduleShape] = None,
-             real_sizes: Optional[tuple[int, int]] = None) -> Fsa:
+def assemble(arrays: build.ArcArrays, *, arc_mask: np.ndarray | None = None,
+             shape: schedule.ScheduleShape | None = None,
+             real_sizes: tuple[int, int] | None = None) -> Fsa:
     """An Fsa from validated host arrays, with its schedule computed.
 
     Args:

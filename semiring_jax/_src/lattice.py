@@ -8,11 +8,10 @@ both.
 
 from __future__ import annotations
 
-from typing import Any, Optional
-
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy.typing as npt
 
 from semiring_jax._src import checks
 from semiring_jax._src.algorithms import parts_of, placeholder
@@ -24,7 +23,8 @@ from semiring_jax._src.host import lattice
 __all__ = ["intersect_dense"]
 
 
-def intersect_dense(graph: Fsa, emissions: Any, lengths: Optional[Any] = None) -> Fsa:
+def intersect_dense(graph: Fsa, emissions: npt.ArrayLike,
+                    lengths: npt.ArrayLike | None = None) -> Fsa:
     """The lattice of `graph` against per-frame scores, as a batched Fsa.
 
     Lattice state (t, s) is graph state s after t frames; each graph arc a

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+import numpy.typing as npt
 
 from semiring_jax._src import checks
 from semiring_jax._src.fsa import Fsa, assemble
@@ -13,7 +12,7 @@ from semiring_jax._src.host import build
 __all__ = ["linear_fsa"]
 
 
-def linear_fsa(labels: Any, *, dtype: Any = np.float32) -> Fsa:
+def linear_fsa(labels: npt.ArrayLike, *, dtype: npt.DTypeLike = np.float32) -> Fsa:
     """The acceptor of one label sequence: states 0..U, arc t reads labels[t].
 
     Arc weights are 0.0 and state U is final with weight 0.0, so the total
@@ -37,7 +36,8 @@ def linear_fsa(labels: Any, *, dtype: Any = np.float32) -> Fsa:
     labels = np.asarray(checks.concrete(labels, "labels", "linear_fsa"))
     if labels.ndim != 1:
         raise ValueError(f"linear_fsa: labels must have shape [U], got {labels.shape}")
-    bad = np.flatnonzero((labels < 0) | (labels != np.round(labels))) if labels.size else []
+    bad = (np.flatnonzero((labels < 0) | (labels != np.round(labels))) if labels.size
+           else np.zeros(0, np.int64))
     if len(bad):
         raise ValueError(f"linear_fsa: labels[{bad[0]}] = {labels[bad[0]]}; expected a "
                          f"non-negative integer")

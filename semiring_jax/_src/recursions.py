@@ -9,31 +9,43 @@ writes the level's W new scores with a `dynamic_update_slice`.
 
 from __future__ import annotations
 
-from typing import Optional
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from semiring_jax._src.array_types import ArrayLeaf
 from semiring_jax._src.schedule import Schedule
 from semiring_jax._src.semiring import Semiring
 
-__all__ = ["forward_positions", "backward_positions", "path_gradients", "best_path_arcs",
-           "endings"]
+__all__ = [
+    "backward_positions",
+    "best_path_arcs",
+    "endings",
+    "forward_positions",
+    "path_gradients",
+]
 
 
-def _append(values: jax.Array, *fills: float) -> jax.Array:
+def _append(values: ArrayLeaf, *fills: float) -> jax.Array:
     """`values` [N] followed by `fills`, for the dummy indices N, N + 1, ..."""
     return jnp.concatenate([values, jnp.asarray(fills, values.dtype)])
 
 
-def _level_scan(step, init: jax.Array, xs, *, reverse: bool):
+# A level step: (carry [N], (level, per-level tables)) -> (new carry, saved).
+LevelStep = Callable[[jax.Array, tuple[jax.Array, Any]], tuple[jax.Array, Any]]
+
+
+def _level_scan(step: LevelStep, init: jax.Array, xs: Any, *,
+                reverse: bool) -> tuple[jax.Array, Any]:
     levels = jax.tree_util.tree_leaves(xs)[0].shape[0]
     return jax.lax.scan(step, init, (jnp.arange(levels, dtype=jnp.int32), xs),
                         reverse=reverse)
 
 
-def _combine(reduce, zero: float, row_values: jax.Array,
-             combine: jax.Array) -> tuple[jax.Array, Optional[jax.Array]]:
+def _combine(reduce: Callable[..., jax.Array], zero: float, row_values: jax.Array,
+             combine: jax.Array) -> tuple[jax.Array, jax.Array | None]:
     """`reduce` of each state's rows: [R] -> [W], and the [W, C] parts (or
     None); empty combine slots read `zero`."""
     if combine.shape[-1] == 1 and row_values.shape[0] == combine.shape[0]:
@@ -43,13 +55,14 @@ def _combine(reduce, zero: float, row_values: jax.Array,
 
 
 def endings(semiring: Semiring, schedule: Schedule, alpha: jax.Array,
-            final_weight: jax.Array) -> jax.Array:
+            final_weight: ArrayLeaf) -> jax.Array:
     """α ⊗ final weight per state, [S]: the terms of the total score."""
     return semiring.times(alpha[schedule.state_pos], final_weight)
 
 
-def forward_positions(semiring: Semiring, schedule: Schedule, weight: jax.Array, *,
-                      with_local: bool = False, with_choice: bool = False):
+def forward_positions(semiring: Semiring, schedule: Schedule, weight: ArrayLeaf, *,
+                      with_local: bool = False,
+                      with_choice: bool = False) -> tuple[jax.Array, Any]:
     """Forward scores α: ⊕ over paths from the start, per position.
 
     Args:
@@ -69,21 +82,25 @@ def forward_positions(semiring: Semiring, schedule: Schedule, weight: jax.Array,
     # Dummy arcs: A has weight zero (padding), A + 1 weight one (start).
     in_weight = _append(weight, semiring.zero, semiring.one)[schedule.in_arc]  # [L, R, K]
 
-    def step(alpha, xs):
+    def step(alpha: jax.Array, xs: tuple[jax.Array, Any]) -> tuple[jax.Array, Any]:
         level, (in_src_pos, in_weight_level, combine, row_part) = xs
         entering = semiring.times(alpha[in_src_pos], in_weight_level)  # [R, K]
         rows = semiring.sum(entering, axis=1)
         new, parts = _combine(semiring.sum, semiring.zero, rows, combine)
-        saved = None
+        saved: Any = None
         if with_local:
-            saved = semiring.sum_grad(entering, rows, axis=1)
+            sum_grad = semiring.sum_grad
+            assert sum_grad is not None  # with_local needs it (see Args)
+            saved = sum_grad(entering, rows, axis=1)
             if parts is not None:  # chain rule through the combine step
-                part_local = semiring.sum_grad(parts, new, axis=1).reshape(-1)
+                part_local = sum_grad(parts, new, axis=1).reshape(-1)
                 saved = saved * _append(part_local, 0)[row_part][:, None]
         if with_choice:
+            argsum = semiring.argsum
+            assert argsum is not None  # with_choice needs it (see Args)
             part_choice = (jnp.zeros(new.shape, jnp.int32) if parts is None
-                           else semiring.argsum(parts, new, axis=1))
-            saved = semiring.argsum(entering, rows, axis=1), part_choice
+                           else argsum(parts, new, axis=1))
+            saved = argsum(entering, rows, axis=1), part_choice
         return jax.lax.dynamic_update_slice(alpha, new, (level * width,)), saved
 
     alpha = jnp.full((levels * width,), semiring.zero, weight.dtype)
@@ -92,8 +109,8 @@ def forward_positions(semiring: Semiring, schedule: Schedule, weight: jax.Array,
                                      schedule.in_row_part), reverse=False)
 
 
-def backward_positions(semiring: Semiring, schedule: Schedule, weight: jax.Array,
-                       final_weight: jax.Array) -> jax.Array:
+def backward_positions(semiring: Semiring, schedule: Schedule, weight: ArrayLeaf,
+                       final_weight: ArrayLeaf) -> jax.Array:
     """Backward scores β: ⊕ over paths to a final state (final weight included).
 
     Returns:
@@ -103,7 +120,7 @@ def backward_positions(semiring: Semiring, schedule: Schedule, weight: jax.Array
     out_weight = _append(weight, semiring.zero)[schedule.out_arc]  # [L, R, K_out]
     final = _append(final_weight, semiring.zero)[schedule.pos_state]  # [L, W]
 
-    def step(beta, xs):
+    def step(beta: jax.Array, xs: tuple[jax.Array, Any]) -> tuple[jax.Array, None]:
         level, (out_dst_pos, out_weight_level, combine, final_level) = xs
         leaving = semiring.times(out_weight_level, beta[out_dst_pos])  # [R, K_out]
         rows = semiring.sum(leaving, axis=1)
@@ -145,11 +162,12 @@ def path_gradients(semiring: Semiring, schedule: Schedule, final_weight: jax.Arr
     arc_local = _append(local.reshape(-1), 0)[schedule.arc_grad_index]  # [A]
     # Over states, not positions, so that TROPICAL ties go to the lowest state.
     ending = endings(semiring, schedule, alpha, final_weight)
+    assert semiring.sum_grad is not None  # see Args
     final_local = semiring.sum_grad(ending, semiring.sum(ending, axis=0), axis=0)
     final_local_grid = _append(final_local, 0)[schedule.pos_state]  # [L, W]
     out_local = _append(arc_local, 0)[schedule.out_arc]  # [L, R, K_out]
 
-    def step(adjoint, xs):
+    def step(adjoint: jax.Array, xs: tuple[jax.Array, Any]) -> tuple[jax.Array, None]:
         level, (out_dst_pos, out_local_level, combine, final_level) = xs
         rows = jnp.sum(adjoint[out_dst_pos] * out_local_level, axis=1)  # [R]
         new = final_level + _combine(jnp.sum, 0, rows, combine)[0]
@@ -162,7 +180,7 @@ def path_gradients(semiring: Semiring, schedule: Schedule, final_weight: jax.Arr
     return adjoint[schedule.arc_dst_pos] * arc_local, final_local
 
 
-def best_path_arcs(semiring: Semiring, schedule: Schedule, final_weight: jax.Array,
+def best_path_arcs(semiring: Semiring, schedule: Schedule, final_weight: ArrayLeaf,
                    alpha: jax.Array, choices: tuple[jax.Array, jax.Array]
                    ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The path that ⊕ chose, traced back through the saved choices.
@@ -187,10 +205,13 @@ def best_path_arcs(semiring: Semiring, schedule: Schedule, final_weight: jax.Arr
     row_choice, part_choice = choices
     ending = endings(semiring, schedule, alpha, final_weight)
     total = semiring.sum(ending, axis=0)
-    final_state = semiring.argsum(ending, total, axis=0)
+    argsum = semiring.argsum
+    assert argsum is not None  # see Args
+    final_state = argsum(ending, total, axis=0)
     found = total != semiring.zero
 
-    def step(carry, _):
+    def step(carry: tuple[jax.Array, jax.Array],
+             _: None) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
         position, walking = carry
         level, rank = position // width, position % width
         row = schedule.in_combine[level, rank, part_choice[level, rank]]

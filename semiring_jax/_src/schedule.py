@@ -11,6 +11,8 @@ import dataclasses
 
 import jax
 
+from semiring_jax._src.array_types import ArrayLeaf
+
 __all__ = ["Schedule"]
 
 
@@ -42,21 +44,21 @@ class Schedule:
         FSAs too, for dense intersection (`host/arc_tables.py`).
     """
 
-    state_pos: jax.Array
-    pos_state: jax.Array
-    in_arc: jax.Array
-    in_src_pos: jax.Array
-    in_combine: jax.Array
-    in_row_part: jax.Array
-    out_arc: jax.Array
-    out_dst_pos: jax.Array
-    out_combine: jax.Array
-    arc_src_pos: jax.Array
-    arc_dst_pos: jax.Array
-    arc_grad_index: jax.Array
-    real_sizes: jax.Array
-    state_in_arcs: jax.Array
-    state_out_arcs: jax.Array
+    state_pos: ArrayLeaf
+    pos_state: ArrayLeaf
+    in_arc: ArrayLeaf
+    in_src_pos: ArrayLeaf
+    in_combine: ArrayLeaf
+    in_row_part: ArrayLeaf
+    out_arc: ArrayLeaf
+    out_dst_pos: ArrayLeaf
+    out_combine: ArrayLeaf
+    arc_src_pos: ArrayLeaf
+    arc_dst_pos: ArrayLeaf
+    arc_grad_index: ArrayLeaf
+    real_sizes: ArrayLeaf
+    state_in_arcs: ArrayLeaf
+    state_out_arcs: ArrayLeaf
 
 
 jax.tree_util.register_dataclass(

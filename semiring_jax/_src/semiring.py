@@ -9,12 +9,12 @@ level, or every fresh instance costs a recompile.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 
-__all__ = ["Semiring", "LOG", "TROPICAL", "semiring"]
+__all__ = ["LOG", "TROPICAL", "Semiring", "semiring"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,13 +55,13 @@ class Semiring:
     """
 
     name: str
-    plus: Callable[[jax.Array, jax.Array], jax.Array]
-    times: Callable[[jax.Array, jax.Array], jax.Array]
+    plus: Callable[[jax.typing.ArrayLike, jax.typing.ArrayLike], jax.Array]
+    times: Callable[[jax.typing.ArrayLike, jax.typing.ArrayLike], jax.Array]
     sum: Callable[..., jax.Array]
     zero: float
     one: float
-    sum_grad: Optional[Callable[..., jax.Array]] = None
-    argsum: Optional[Callable[..., jax.Array]] = None
+    sum_grad: Callable[..., jax.Array] | None = None
+    argsum: Callable[..., jax.Array] | None = None
 
     def __repr__(self) -> str:
         return f"Semiring({self.name!r})"

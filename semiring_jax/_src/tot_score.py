@@ -10,17 +10,25 @@ autodiff through the recursion.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
 from semiring_jax._src import recursions
+from semiring_jax._src.array_types import ArrayLeaf
 from semiring_jax._src.batch import jit_over_batch
 from semiring_jax._src.fsa import Fsa
 from semiring_jax._src.schedule import Schedule
 from semiring_jax._src.semiring import LOG, Semiring
 
-__all__ = ["tot_score", "forward_scores", "backward_scores", "arc_posteriors",
-           "check_scorable"]
+__all__ = [
+    "arc_posteriors",
+    "backward_scores",
+    "check_scorable",
+    "forward_scores",
+    "tot_score",
+]
 
 
 def check_scorable(fsa: Fsa, fn: str) -> None:
@@ -35,12 +43,12 @@ def check_scorable(fsa: Fsa, fn: str) -> None:
 
 
 def _total(semiring: Semiring, schedule: Schedule, alpha: jax.Array,
-           final_weight: jax.Array) -> jax.Array:
+           final_weight: ArrayLeaf) -> jax.Array:
     return semiring.sum(recursions.endings(semiring, schedule, alpha, final_weight), axis=0)
 
 
-def _plain_tot_score(semiring: Semiring, schedule: Schedule, weight: jax.Array,
-                     final_weight: jax.Array) -> jax.Array:
+def _plain_tot_score(semiring: Semiring, schedule: Schedule, weight: ArrayLeaf,
+                     final_weight: ArrayLeaf) -> jax.Array:
     alpha, _ = recursions.forward_positions(semiring, schedule, weight)
     return _total(semiring, schedule, alpha, final_weight)
 
@@ -49,7 +57,8 @@ def _plain_tot_score(semiring: Semiring, schedule: Schedule, weight: jax.Array,
 _tot_score_core = jax.custom_vjp(_plain_tot_score, nondiff_argnums=(0,))
 
 
-def _tot_score_fwd(semiring, schedule, weight, final_weight):
+def _tot_score_fwd(semiring: Semiring, schedule: Schedule, weight: ArrayLeaf,
+                   final_weight: ArrayLeaf) -> tuple[jax.Array, tuple[Any, ...]]:
     selective = semiring.argsum is not None
     alpha, saved = recursions.forward_positions(
         semiring, schedule, weight, with_local=not selective, with_choice=selective)
@@ -57,7 +66,8 @@ def _tot_score_fwd(semiring, schedule, weight, final_weight):
     return total, (schedule, final_weight, alpha, saved)
 
 
-def _tot_score_bwd(semiring, residuals, cotangent):
+def _tot_score_bwd(semiring: Semiring, residuals: tuple[Any, ...],
+                   cotangent: jax.Array) -> tuple[None, jax.Array, jax.Array]:
     # | total | arc / final gradient                                  |
     # | -inf  | exactly 0 (sum_grad gives 0 on all -inf candidates,   |
     # |       | and no path is traced back)                           |
@@ -69,7 +79,7 @@ def _tot_score_bwd(semiring, residuals, cotangent):
 
 
 def _path_gradients(semiring: Semiring, schedule: Schedule, final_weight: jax.Array,
-                    alpha: jax.Array, saved) -> tuple[jax.Array, jax.Array]:
+                    alpha: jax.Array, saved: Any) -> tuple[jax.Array, jax.Array]:
     """∂ total / ∂ (weight, final_weight) from the forward pass's residuals."""
     if semiring.argsum is None:
         return recursions.path_gradients(semiring, schedule, final_weight, alpha, saved)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, NamedTuple, Optional, Sequence, Union
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -20,8 +21,11 @@ class ArcArrays(NamedTuple):
     dst: np.ndarray  # int32 [A]
     ilabel: np.ndarray  # int32 [A]
     olabel: np.ndarray  # int32 [A]
-    weight: np.ndarray  # float [A]
-    final_weight: np.ndarray  # float [S]
+    # Weights are numpy when built here, but `unstack` and the structural ops
+    # carry jax.Arrays (possibly traced) through, so that gradients flow; Any
+    # because host/ code does not import jax.
+    weight: Any  # float [A]
+    final_weight: Any  # float [S]
     is_acceptor: bool
 
 
@@ -79,7 +83,7 @@ def _rows(arcs: Any, fn: str) -> np.ndarray:
         raise ValueError(f"{fn}: arcs must hold numbers: {err}") from None
 
 
-def _final_weights(final: Union[Mapping[int, float], Sequence[int]], fn: str
+def _final_weights(final: Mapping[int, float] | Sequence[int], fn: str
                    ) -> tuple[np.ndarray, np.ndarray]:
     if isinstance(final, Mapping):
         states, weights = list(final.keys()), list(final.values())
@@ -109,7 +113,7 @@ def swap_start(src: np.ndarray, dst: np.ndarray, final: np.ndarray,
     return swap[src], swap[dst], final[swap]
 
 
-def arcs_from_rows(arcs: Any, final: Any, *, num_states: Optional[int], start: int,
+def arcs_from_rows(arcs: Any, final: Any, *, num_states: int | None, start: int,
                    dtype: np.dtype, fn: str) -> ArcArrays:
     """Validates `from_arcs`-style input; see `Fsa.from_arcs` for the format."""
     rows = _rows(arcs, fn)

@@ -26,9 +26,9 @@ from semiring_jax._src.host.structure import Parts, Result, Sources
 __all__ = ["compose"]
 
 
-def _leaving(parts: Parts, labels: np.ndarray) -> list[dict]:
+def _leaving(parts: Parts, labels: np.ndarray) -> list[dict[int, list[int]]]:
     """For each state, {label: [arc indices]} of its arcs (arc order kept)."""
-    table = [{} for _ in range(parts.num_states)]
+    table: list[dict[int, list[int]]] = [{} for _ in range(parts.num_states)]
     for arc, (state, label) in enumerate(zip(parts.src.tolist(), labels.tolist())):
         table[state].setdefault(label, []).append(arc)
     return table
@@ -54,7 +54,7 @@ def compose(a: Parts, b: Parts) -> Result:
     arcs = []  # (src, dst, ilabel, olabel, source a, source b)
     final = [(sources.zero, sources.zero)]
 
-    def target(state) -> int:
+    def target(state: tuple[int, int, int]) -> int:
         if state not in ids:
             ids[state] = len(ids)
             final.append((sources.zero, sources.zero))

@@ -64,7 +64,8 @@ def determinize(parts: Parts, max_states: int) -> Determinized:
         subset members (the caller turns it into a ValueError naming the
         budget).
     """
-    leaving = [defaultdict(list) for _ in range(parts.num_states)]
+    leaving: list[defaultdict[int, list[int]]] = [defaultdict(list)
+                                                  for _ in range(parts.num_states)]
     for arc, (state, label) in enumerate(zip(parts.src.tolist(), parts.ilabel.tolist())):
         leaving[state][label].append(arc)
     one = -1  # resolved to num_residuals at the end
@@ -74,8 +75,10 @@ def determinize(parts: Parts, max_states: int) -> Determinized:
     num_residuals = 0
     frontier = [0]
     while frontier:
-        terms = ([], [], [])
-        slot_transition, slot_residual = [], []
+        # (residual, arc, slot) of every term
+        terms: tuple[list[int], list[int], list[int]] = ([], [], [])
+        slot_transition: list[int] = []
+        slot_residual: list[int] = []
         transitions = 0
         next_frontier = []
         for state in frontier:
@@ -114,7 +117,8 @@ def determinize(parts: Parts, max_states: int) -> Determinized:
                 if len(members) > max_states or num_residuals > 16 * max_states:
                     raise OverflowError(len(members))
         if transitions:
-            depths.append(Depth(*(np.array(column, np.int64) for column in terms),
+            term_residual, term_arc, term_slot = (np.array(column, np.int64) for column in terms)
+            depths.append(Depth(term_residual, term_arc, term_slot,
                                 np.array(slot_transition, np.int64),
                                 np.array(slot_residual, np.int64), transitions))
         frontier = next_frontier

@@ -57,23 +57,27 @@ class EpsilonRemoval(NamedTuple):
     final_states: np.ndarray
 
 
-def epsilon_removal(parts: Parts) -> tuple[EpsilonRemoval, tuple]:
+def epsilon_removal(parts: Parts) -> tuple[EpsilonRemoval | None, tuple[int, ...]]:
     """The tables, or (None, cycle) if the epsilon arcs form a cycle."""
     is_epsilon = (parts.ilabel == 0) & (parts.olabel == 0)
     eps = np.flatnonzero(is_epsilon)
     cycle = levels_lib.find_cycle(parts.num_states, parts.src[eps], parts.dst[eps])
     if cycle:
         return None, cycle
-    eps_out = [[] for _ in range(parts.num_states)]
+    eps_out: list[list[int]] = [[] for _ in range(parts.num_states)]
     for arc in eps.tolist():
         eps_out[int(parts.src[arc])].append(arc)
     # Pairs (p, q), discovered from each p along epsilon arcs; the pair
     # graph gets one arc per (pair, epsilon arc) step.
     pair_index: dict[tuple[int, int], int] = {}
-    pair_src, pair_dst, pair_arc = [], [], []
+    pair_src: list[int] = []
+    pair_dst: list[int] = []
+    pair_arc: list[int] = []
     for p in range(parts.num_states):
         pair_index[(p, p)] = len(pair_index)
-        pair_src.append(0), pair_dst.append(pair_index[(p, p)] + 1), pair_arc.append(-1)
+        pair_src.append(0)
+        pair_dst.append(pair_index[(p, p)] + 1)
+        pair_arc.append(-1)
         stack, seen = [p], {p}
         while stack:
             q = stack.pop()
@@ -91,16 +95,17 @@ def epsilon_removal(parts: Parts) -> tuple[EpsilonRemoval, tuple]:
     pairs = np.array(list(pair_index.keys()), np.int64).reshape(-1, 2)  # [P, 2] (p, q)
     # Result arcs: every non-epsilon arc q -> r, once per pair (p, q).
     real = np.flatnonzero(~is_epsilon)
-    by_src = [[] for _ in range(parts.num_states)]
+    by_src: list[list[int]] = [[] for _ in range(parts.num_states)]
     for arc in real.tolist():
         by_src[int(parts.src[arc])].append(arc)
-    arc_pair, arc_input = [], []
-    for index, (p, q) in enumerate(pairs.tolist()):
+    pair_of_arc: list[int] = []
+    input_of_arc: list[int] = []
+    for index, (_, q) in enumerate(pairs.tolist()):
         for arc in by_src[q]:
-            arc_pair.append(index)
-            arc_input.append(arc)
-    arc_pair = np.array(arc_pair, np.int64)
-    arc_input = np.array(arc_input, np.int64)
+            pair_of_arc.append(index)
+            input_of_arc.append(arc)
+    arc_pair = np.array(pair_of_arc, np.int64)
+    arc_input = np.array(input_of_arc, np.int64)
     # Final weights: ⊕ over the pairs (p, q) with q final.
     final = parts.is_final[pairs[:, 1]]
     owners = pairs[final, 0]

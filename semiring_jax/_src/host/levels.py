@@ -8,12 +8,17 @@ sequential steps is the number of levels, the FSA's depth plus one.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["longest_path_levels", "PathLengths", "path_lengths", "balanced_levels",
-           "find_cycle"]
+__all__ = [
+    "PathLengths",
+    "balanced_levels",
+    "find_cycle",
+    "longest_path_levels",
+    "path_lengths",
+]
 
 
 def _csr(num_states: int, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -31,7 +36,7 @@ def _rows(states: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
 
 def longest_path_levels(num_states: int, src: np.ndarray,
-                        dst: np.ndarray) -> Optional[np.ndarray]:
+                        dst: np.ndarray) -> np.ndarray | None:
     """Length of the longest path into each state, or None if cyclic.
 
     Kahn's algorithm, one whole frontier per numpy step.
@@ -66,17 +71,19 @@ class PathLengths(NamedTuple):
 
 
 def path_lengths(num_states: int, src: np.ndarray,
-                 dst: np.ndarray) -> Optional[PathLengths]:
+                 dst: np.ndarray) -> PathLengths | None:
     """Both longest-path lengths of every state; None if the arcs have a cycle."""
     earliest = longest_path_levels(num_states, src, dst)
     if earliest is None:
         return None
-    return PathLengths(earliest, longest_path_levels(num_states, dst, src))
+    height = longest_path_levels(num_states, dst, src)
+    assert height is not None  # the reversed arcs are acyclic too
+    return PathLengths(earliest, height)
 
 
 def balanced_levels(num_states: int, src: np.ndarray, dst: np.ndarray,
                     placed: np.ndarray, lengths: PathLengths,
-                    num_levels: Optional[int] = None) -> np.ndarray:
+                    num_levels: int | None = None) -> np.ndarray:
     """Levels of an acyclic FSA, as even in width as can be.
 
     By default there are as few levels as possible, the depth plus one, but
@@ -109,12 +116,13 @@ def balanced_levels(num_states: int, src: np.ndarray, dst: np.ndarray,
     bound = math.ceil(max(below.max(), above.max()))
     # The greedy pass with cap `bound` can leave slack states behind until
     # they all fall due together; a slightly higher cap can end narrower.
-    best = None
+    best: tuple[int, np.ndarray] | None = None
     for capacity in sorted({math.ceil(bound * step) for step in (1.0, 1.2, 1.5)}):
         levels = _list_schedule(num_states, src, dst, placed, latest, num_levels, capacity)
         width = int(np.bincount(levels[placed]).max())
         if best is None or width < best[0]:
             best = width, levels
+    assert best is not None  # the loop runs at least once
     return best[1]
 
 
@@ -160,7 +168,7 @@ def find_cycle(num_states: int, src: np.ndarray, dst: np.ndarray) -> tuple[int, 
         if (new_alive == alive).all():
             break
         alive = new_alive
-    next_state = {}
+    next_state: dict[int, int] = {}
     for s, d in zip(src[arc_alive].tolist(), dst[arc_alive].tolist()):
         next_state.setdefault(s, d)
     state = int(np.flatnonzero(alive)[0])
@@ -169,4 +177,4 @@ def find_cycle(num_states: int, src: np.ndarray, dst: np.ndarray) -> tuple[int, 
         seen.append(state)
         state = next_state[state]
     cycle = seen[seen.index(state):]
-    return tuple(cycle + [cycle[0]])
+    return tuple([*cycle, cycle[0]])

@@ -23,14 +23,19 @@ recursion, and it comes first so that starting fresh wins a TROPICAL tie.
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from semiring_jax._src.host import levels as levels_lib
 
-__all__ = ["ScheduleShape", "common_shape", "build_schedule_arrays",
-           "empty_schedule_arrays"]
+__all__ = [
+    "ScheduleShape",
+    "build_schedule_arrays",
+    "common_shape",
+    "empty_schedule_arrays",
+]
 
 
 class ScheduleShape(NamedTuple):
@@ -142,7 +147,7 @@ def _cost(shape: ScheduleShape, batch: int) -> float:
 
 def _best_shape(fsas: Sequence[tuple[int, np.ndarray, np.ndarray]],
                 round_up: Callable[[int], int] = _identity
-                ) -> Optional[tuple[ScheduleShape, list[_Structure]]]:
+                ) -> tuple[ScheduleShape, list[_Structure]] | None:
     """The cheapest common shape and the structures it was computed from.
 
     Levels beyond the depth plus one make a step sequential that could have
@@ -151,11 +156,12 @@ def _best_shape(fsas: Sequence[tuple[int, np.ndarray, np.ndarray]],
     work (`_cost`) drops. Every structure is computed at the
     shape's number of levels, so `build_schedule_arrays` finds it again.
     """
-    lengths = [levels_lib.path_lengths(*arcs) for arcs in fsas]
-    if any(entry is None for entry in lengths):
+    found = [levels_lib.path_lengths(*arcs) for arcs in fsas]
+    lengths = [entry for entry in found if entry is not None]
+    if len(lengths) < len(found):  # a cycle
         return None
     depth = max(int(entry.earliest.max()) for entry in lengths)
-    best = None
+    best: tuple[ScheduleShape, list[_Structure]] | None = None
     for factor in (1.0, 1.25, 1.5):
         num_levels = round_up(math.ceil((depth + 1) * factor))
         structures = [_structure(*arcs, entry, num_levels)
@@ -170,7 +176,7 @@ def _best_shape(fsas: Sequence[tuple[int, np.ndarray, np.ndarray]],
 
 
 def common_shape(fsas: Sequence[tuple[int, np.ndarray, np.ndarray]],
-                 round_up: Callable[[int], int] = _identity) -> Optional[ScheduleShape]:
+                 round_up: Callable[[int], int] = _identity) -> ScheduleShape | None:
     """One schedule shape for several FSAs (a batch); None if one is cyclic.
 
     Args:
@@ -248,7 +254,7 @@ def _pull_tables(key_pos: np.ndarray, shape: ScheduleShape, rows: int, slots: in
 
 def build_schedule_arrays(num_states: int, src: np.ndarray, dst: np.ndarray,
                           arc_mask: np.ndarray,
-                          shape: Optional[ScheduleShape] = None) -> dict[str, np.ndarray]:
+                          shape: ScheduleShape | None = None) -> dict[str, np.ndarray]:
     """All index tables of an acyclic FSA, padded to `shape`.
 
     Args:
@@ -263,9 +269,12 @@ def build_schedule_arrays(num_states: int, src: np.ndarray, dst: np.ndarray,
     real = np.flatnonzero(arc_mask)
     real_src, real_dst = src[real], dst[real]
     if shape is None:
-        (shape, (structure,)) = _best_shape([(num_states, real_src, real_dst)])
+        best = _best_shape([(num_states, real_src, real_dst)])
+        assert best is not None  # the FSA is acyclic (see Args)
+        (shape, (structure,)) = best
     else:
         lengths = levels_lib.path_lengths(num_states, real_src, real_dst)
+        assert lengths is not None  # the FSA is acyclic (see Args)
         structure = _fit(_structure(num_states, real_src, real_dst, lengths, shape.levels),
                          shape)
     num_positions = shape.levels * shape.width

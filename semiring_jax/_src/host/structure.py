@@ -17,14 +17,29 @@ weight value: which states are final is structure (final weight > -inf).
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from semiring_jax._src.host import levels as levels_lib
 
-__all__ = ["Parts", "Result", "Sources", "invert", "project", "arc_sort", "top_sort",
-           "connect", "reverse", "union", "concat", "closure", "trimmed", "prune"]
+__all__ = [
+    "Parts",
+    "Result",
+    "Sources",
+    "arc_sort",
+    "closure",
+    "concat",
+    "connect",
+    "invert",
+    "project",
+    "prune",
+    "reverse",
+    "top_sort",
+    "trimmed",
+    "union",
+]
 
 
 class Parts(NamedTuple):
@@ -61,7 +76,7 @@ class Sources(NamedTuple):
     one: int
 
     @staticmethod
-    def of(operands: Sequence[Parts]) -> "Sources":
+    def of(operands: Sequence[Parts]) -> Sources:
         arc_offsets, final_offsets, offset = [], [], 0
         for parts in operands:
             arc_offsets.append(offset)
@@ -76,7 +91,7 @@ class Sources(NamedTuple):
                         self.zero)
 
 
-def _result(parts: Parts, sources: Sources, **changes) -> Result:
+def _result(parts: Parts, sources: Sources, **changes: Any) -> Result:
     fields = dict(num_states=parts.num_states, src=parts.src, dst=parts.dst,
                   ilabel=parts.ilabel, olabel=parts.olabel,
                   arc_source=sources.arc_offsets[0] + np.arange(parts.src.shape[0]),
@@ -125,7 +140,7 @@ def _renumbered(parts: Parts, new_state: np.ndarray, num_states: int,
                   final_source, parts.is_acceptor)
 
 
-def top_sort(parts: Parts) -> tuple[Result, tuple]:
+def top_sort(parts: Parts) -> tuple[Result | None, tuple[Any, ...]]:
     """States renumbered so that every arc goes to a higher number, start 0.
 
     Returns the result and (), or (None, culprit) where `culprit` is a
@@ -175,7 +190,8 @@ def connect(parts: Parts) -> Result:
     return _renumbered(parts, new_state, int(useful.sum()), keep_arc)
 
 
-def _join(operands: Sequence[Parts], state_offsets: Sequence[int], sources: Sources):
+def _join(operands: Sequence[Parts], state_offsets: np.ndarray,
+          sources: Sources) -> list[np.ndarray]:
     """The operands' arcs laid side by side, states shifted."""
     columns = [np.concatenate([parts.src + offset for parts, offset in
                                zip(operands, state_offsets)]),
@@ -188,13 +204,15 @@ def _join(operands: Sequence[Parts], state_offsets: Sequence[int], sources: Sour
     return columns
 
 
-def _epsilon_arcs(src, dst, source) -> list:
+def _epsilon_arcs(src: np.ndarray, dst: np.ndarray,
+                  source: np.ndarray | int) -> list[np.ndarray]:
     src = np.asarray(src, np.int64)
     zeros = np.zeros(src.shape[0], np.int64)
     return [src, np.asarray(dst, np.int64) + zeros, zeros, zeros, np.asarray(source) + zeros]
 
 
-def _with_arcs(num_states, base, extra, final_source, is_acceptor, extra_first=False):
+def _with_arcs(num_states: int, base: list[np.ndarray], extra: list[np.ndarray],
+               final_source: np.ndarray, is_acceptor: bool, extra_first: bool = False) -> Result:
     parts = [extra, base] if extra_first else [base, extra]
     src, dst, ilabel, olabel, source = (np.concatenate([p[i] for p in parts]) for i in range(5))
     return Result(num_states, src, dst, ilabel, olabel, source, final_source, is_acceptor)
@@ -235,7 +253,7 @@ def concat(operands: Sequence[Parts]) -> Result:
     sources = Sources.of(operands)
     offsets = np.cumsum([0] + [parts.num_states for parts in operands])
     base = _join(operands, offsets[:-1], sources)
-    links = [[], [], []]
+    links: list[list[np.ndarray]] = [[], [], []]
     for i, parts in enumerate(operands[:-1]):
         finals = np.flatnonzero(parts.is_final)
         links[0].append(finals + offsets[i])
@@ -275,7 +293,7 @@ def trimmed(result: Result, sources: Sources) -> Result:
                          result.olabel, is_final, result.is_acceptor))
     # `kept`'s sources index `result`'s arcs, then its states' finals.
     final_rows = kept.final_source - result.src.shape[0]  # a state, or S for none
-    zero_row = np.full((1,) + result.final_source.shape[1:], sources.zero, np.int64)
+    zero_row = np.full((1, *result.final_source.shape[1:]), sources.zero, np.int64)
     final_source = np.concatenate([result.final_source, zero_row])[final_rows]
     return kept._replace(arc_source=result.arc_source[kept.arc_source],
                          final_source=final_source)

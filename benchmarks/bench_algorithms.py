@@ -49,21 +49,33 @@ def lexicon(rng: np.random.Generator, num_words: int = 200, num_phones: int = 40
         states = [0, *list(range(next_state, next_state + length - 1)), 0]
         next_state += length - 1
         for i in range(length):
-            arcs.append((states[i], states[i + 1], int(rng.integers(1, num_phones + 1)),
-                         word if i == 0 else 0, float(rng.normal())))
+            arcs.append(
+                (
+                    states[i],
+                    states[i + 1],
+                    int(rng.integers(1, num_phones + 1)),
+                    word if i == 0 else 0,
+                    float(rng.normal()),
+                )
+            )
     return next_state, arcs, {0: 0.0}
 
 
-def grammar(rng: np.random.Generator, num_states: int = 1000, num_arcs: int = 10000,
-            num_words: int = 200):
+def grammar(
+    rng: np.random.Generator, num_states: int = 1000, num_arcs: int = 10000, num_words: int = 200
+):
     """Arcs (src, dst, word, word, score) of a cyclic random bigram acceptor."""
     src = rng.integers(0, num_states, num_arcs)
     dst = rng.integers(0, num_states, num_arcs)
     words = rng.integers(1, num_words + 1, num_arcs)
-    arcs = [(int(s), int(d), int(w), int(w), float(x))
-            for s, d, w, x in zip(src, dst, words, rng.normal(size=num_arcs))]
-    final = {int(s): float(x) for s, x in zip(rng.choice(num_states, 50, replace=False),
-                                             rng.normal(size=50))}
+    arcs = [
+        (int(s), int(d), int(w), int(w), float(x))
+        for s, d, w, x in zip(src, dst, words, rng.normal(size=num_arcs))
+    ]
+    final = {
+        int(s): float(x)
+        for s, x in zip(rng.choice(num_states, 50, replace=False), rng.normal(size=50))
+    }
     return num_states, arcs, final
 
 
@@ -73,8 +85,10 @@ def epsilon_dag(rng: np.random.Generator, num_states: int = 3000, num_arcs: int 
     dst = src + 1 + rng.integers(0, 20, num_arcs)
     dst = np.minimum(dst, num_states - 1)
     labels = np.where(rng.random(num_arcs) < 1 / 3, 0, rng.integers(1, 30, num_arcs))
-    arcs = [(int(s), int(d), int(label), int(label), float(x))
-            for s, d, label, x in zip(src, dst, labels, rng.normal(size=num_arcs))]
+    arcs = [
+        (int(s), int(d), int(label), int(label), float(x))
+        for s, d, label, x in zip(src, dst, labels, rng.normal(size=num_arcs))
+    ]
     arcs += [(i, i + 1, 1, 1, 0.0) for i in range(num_states - 1)]  # everything connected
     return num_states, arcs, {num_states - 1: 0.0}
 
@@ -158,9 +172,11 @@ def main() -> None:
 
         return ours, lambda: pynini.determinize(their_input)
 
-    contestants = [("compose (lexicon o grammar)", ours_compose, openfst_compose),
-                   ("remove_epsilon (3k states)", ours_rmeps, openfst_rmeps),
-                   ("determinize (word list)", *determinize_pair(words))]
+    contestants = [
+        ("compose (lexicon o grammar)", ours_compose, openfst_compose),
+        ("remove_epsilon (3k states)", ours_rmeps, openfst_rmeps),
+        ("determinize (word list)", *determinize_pair(words)),
+    ]
     for name, ours, theirs in contestants:
         their_result = theirs()
         their_arcs = sum(their_result.num_arcs(s) for s in their_result.states())
@@ -168,26 +184,52 @@ def main() -> None:
         try:
             ours_result = ours()
         except ValueError as error:
-            rows.append((name, None, theirs_s, str(error).split(";")[0], None,
-                         their_result.num_states(), their_arcs))
+            rows.append(
+                (
+                    name,
+                    None,
+                    theirs_s,
+                    str(error).split(";")[0],
+                    None,
+                    their_result.num_states(),
+                    their_arcs,
+                )
+            )
             continue
         ours_s = median_seconds(ours, args.runs)
-        rows.append((name, ours_s, theirs_s, ours_result.num_states, ours_result.num_arcs,
-                     their_result.num_states(), their_arcs))
+        rows.append(
+            (
+                name,
+                ours_s,
+                theirs_s,
+                ours_result.num_states,
+                ours_result.num_arcs,
+                their_result.num_states(),
+                their_arcs,
+            )
+        )
 
-    print(f"inputs: lexicon {lex[0]} states / {len(lex[1])} arcs, grammar {gram[0]} states / "
-          f"{len(gram[1])} arcs, epsilon DAG {eps[0]} states / {len(eps[1])} arcs, word list "
-          f"{words[0]} states / {len(words[1])} arcs")
-    print(f"{'op':30s} {'ours ms':>9s} {'OpenFst ms':>11s} {'ours/OpenFst':>13s} "
-          f"{'ours S/A':>15s} {'OpenFst S/A':>15s}  goal (<= {GOAL:.0f}x)")
+    print(
+        f"inputs: lexicon {lex[0]} states / {len(lex[1])} arcs, grammar {gram[0]} states / "
+        f"{len(gram[1])} arcs, epsilon DAG {eps[0]} states / {len(eps[1])} arcs, word list "
+        f"{words[0]} states / {len(words[1])} arcs"
+    )
+    print(
+        f"{'op':30s} {'ours ms':>9s} {'OpenFst ms':>11s} {'ours/OpenFst':>13s} "
+        f"{'ours S/A':>15s} {'OpenFst S/A':>15s}  goal (<= {GOAL:.0f}x)"
+    )
     for name, ours_s, theirs_s, s1, a1, s2, a2 in rows:
         if ours_s is None:
-            print(f"{name:30s} {'-':>9s} {theirs_s * 1e3:11.1f} {'-':>13s} {'-':>15s} "
-                  f"{f'{s2}/{a2}':>15s}  NOT MET ({s1})")
+            print(
+                f"{name:30s} {'-':>9s} {theirs_s * 1e3:11.1f} {'-':>13s} {'-':>15s} "
+                f"{f'{s2}/{a2}':>15s}  NOT MET ({s1})"
+            )
             continue
         ratio = ours_s / theirs_s
-        print(f"{name:30s} {ours_s * 1e3:9.1f} {theirs_s * 1e3:11.1f} {ratio:13.1f} "
-              f"{f'{s1}/{a1}':>15s} {f'{s2}/{a2}':>15s}  {'MET' if ratio <= GOAL else 'NOT MET'}")
+        print(
+            f"{name:30s} {ours_s * 1e3:9.1f} {theirs_s * 1e3:11.1f} {ratio:13.1f} "
+            f"{f'{s1}/{a1}':>15s} {f'{s2}/{a2}':>15s}  {'MET' if ratio <= GOAL else 'NOT MET'}"
+        )
 
 
 if __name__ == "__main__":

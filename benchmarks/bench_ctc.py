@@ -126,11 +126,15 @@ def make_ctc_inputs(index: int) -> CtcInputs:
     labels = rng.integers(1, v, size=(b, u))
     labels[np.arange(u)[None, :] >= label_lengths[:, None]] = 0
     for i in range(b):
-        seq = labels[i, :label_lengths[i]]
+        seq = labels[i, : label_lengths[i]]
         needed = label_lengths[i] + int(np.sum(seq[1:] == seq[:-1]))
         assert input_lengths[i] >= needed, f"infeasible sequence {i} at size {index}"
-    return CtcInputs(logits, input_lengths.astype(np.int32), labels.astype(np.int32),
-                     label_lengths.astype(np.int32))
+    return CtcInputs(
+        logits,
+        input_lengths.astype(np.int32),
+        labels.astype(np.int32),
+        label_lengths.astype(np.int32),
+    )
 
 
 @dataclasses.dataclass
@@ -164,7 +168,7 @@ def make_dense_inputs() -> DenseInputs:
     arcs = np.stack([src, dst, label, weight], axis=1)
     final = sorted(rng.choice(np.arange(1, s), d["finals"], replace=False).tolist())
     logits = rng.standard_normal((d["batch"], d["frames"], d["vocab"]))
-    emissions = (logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True))
+    emissions = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
     lengths = rng.integers(math.ceil(0.8 * d["frames"]), d["frames"] + 1, d["batch"])
     lengths[0] = d["frames"]
     return DenseInputs(arcs, final, emissions.astype(np.float32), lengths.astype(np.int32))
@@ -201,6 +205,7 @@ def numpy_dense_total(inp: DenseInputs) -> np.ndarray:
 
 def have_ours(name: str) -> bool:
     import semiring_jax as sj
+
     return hasattr(sj, name)
 
 
@@ -208,6 +213,7 @@ def jax_contestant(fn: Callable, args: tuple) -> tuple[Callable, Callable, Calla
     """(call, check, aot) for `fn(x, *rest) -> [B]`, gradient w.r.t. x."""
     import jax
     import jax.numpy as jnp
+
     args = tuple(jax.device_put(a) for a in args)
     total = lambda x, *rest: jnp.sum(fn(x, *rest))
     vg = jax.jit(jax.value_and_grad(total))
@@ -226,8 +232,11 @@ def jax_contestant(fn: Callable, args: tuple) -> tuple[Callable, Callable, Calla
         seconds = time.perf_counter() - start
         try:
             stats = compiled.memory_analysis()
-            xla = {"temp": stats.temp_size_in_bytes, "output": stats.output_size_in_bytes,
-                   "argument": stats.argument_size_in_bytes}
+            xla = {
+                "temp": stats.temp_size_in_bytes,
+                "output": stats.output_size_in_bytes,
+                "argument": stats.argument_size_in_bytes,
+            }
         except Exception:  # memory_analysis is optional in XLA backends
             xla = None
         return seconds, xla
@@ -244,8 +253,7 @@ def build_ours(inp: CtcInputs):
         log_probs = jax.nn.log_softmax(logits, axis=-1)
         return sj.ctc_loss(log_probs, input_lengths, labels, label_lengths, blank=0)
 
-    return jax_contestant(loss, (inp.logits, inp.input_lengths, inp.labels,
-                                 inp.label_lengths))
+    return jax_contestant(loss, (inp.logits, inp.input_lengths, inp.labels, inp.label_lengths))
 
 
 def build_optax(inp: CtcInputs):
@@ -254,13 +262,13 @@ def build_optax(inp: CtcInputs):
     def loss(logits, logit_paddings, labels, label_paddings):
         return optax.ctc_loss(logits, logit_paddings, labels, label_paddings, blank_id=0)
 
-    return jax_contestant(loss, (inp.logits, inp.logit_paddings, inp.labels,
-                                 inp.label_paddings))
+    return jax_contestant(loss, (inp.logits, inp.logit_paddings, inp.labels, inp.label_paddings))
 
 
 def build_torch(inp: CtcInputs):
     import torch
     import torch.nn.functional as F
+
     torch.set_num_threads(2)
     logits = torch.from_numpy(inp.logits).requires_grad_(True)
     targets = torch.from_numpy(inp.labels.astype(np.int64))
@@ -269,8 +277,15 @@ def build_torch(inp: CtcInputs):
 
     def per_seq():
         log_probs = torch.log_softmax(logits, dim=-1).transpose(0, 1)  # [T, B, V]
-        return F.ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0,
-                          reduction="none", zero_infinity=False)
+        return F.ctc_loss(
+            log_probs,
+            targets,
+            input_lengths,
+            target_lengths,
+            blank=0,
+            reduction="none",
+            zero_infinity=False,
+        )
 
     def call():
         logits.grad = None
@@ -292,8 +307,8 @@ def build_torch(inp: CtcInputs):
 
 def build_dense(inp: DenseInputs):
     import semiring_jax as sj
-    graph = sj.Fsa.from_arcs(inp.arcs, inp.final, num_states=DENSE["states"],
-                             dtype=np.float32)
+
+    graph = sj.Fsa.from_arcs(inp.arcs, inp.final, num_states=DENSE["states"], dtype=np.float32)
 
     def total(emissions, graph, lengths):
         return sj.dense_tot_score(graph, emissions, lengths, sj.LOG)
@@ -364,9 +379,16 @@ def measure_one(impl: str, index: int) -> dict:
         del out
         release()
     run_peak = _peak_kb(resettable) - before
-    result = {"impl": impl, "index": index, "first_peak_kb": first_peak,
-              "run_peak_kb": run_peak, "first_call_s": first_s,
-              "resettable": resettable, "aot_s": None, "xla": None}
+    result = {
+        "impl": impl,
+        "index": index,
+        "first_peak_kb": first_peak,
+        "run_peak_kb": run_peak,
+        "first_call_s": first_s,
+        "resettable": resettable,
+        "aot_s": None,
+        "xla": None,
+    }
     if aot is not None:
         result["aot_s"], result["xla"] = aot()
     return result
@@ -377,8 +399,7 @@ def measure_in_subprocess(impl: str, index: int) -> dict | None:
     cmd = [sys.executable, os.path.abspath(__file__), "--measure-one", impl, str(index)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
-        print(f"  memory subprocess {impl} {index} failed:\n{proc.stderr[-2000:]}",
-              file=sys.stderr)
+        print(f"  memory subprocess {impl} {index} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
         return None
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -410,12 +431,18 @@ def torch_float64_reference(inp: CtcInputs) -> tuple[np.ndarray, np.ndarray]:
     """Per-sequence losses and the gradient w.r.t. the logits, torch in float64."""
     import torch
     import torch.nn.functional as F
+
     logits = torch.from_numpy(inp.logits.astype(np.float64)).requires_grad_(True)
     log_probs = torch.log_softmax(logits, dim=-1).transpose(0, 1)
-    losses = F.ctc_loss(log_probs, torch.from_numpy(inp.labels.astype(np.int64)),
-                        torch.from_numpy(inp.input_lengths.astype(np.int64)),
-                        torch.from_numpy(inp.label_lengths.astype(np.int64)), blank=0,
-                        reduction="none", zero_infinity=False)
+    losses = F.ctc_loss(
+        log_probs,
+        torch.from_numpy(inp.labels.astype(np.int64)),
+        torch.from_numpy(inp.input_lengths.astype(np.int64)),
+        torch.from_numpy(inp.label_lengths.astype(np.int64)),
+        blank=0,
+        reduction="none",
+        zero_infinity=False,
+    )
     losses.sum().backward()
     return losses.detach().numpy(), logits.grad.numpy()
 
@@ -433,13 +460,13 @@ def run_ctc_size(index: int, impls: list[str], reps: Reps) -> Row:
     for x, y in [("ours", "optax"), ("ours", "torch")]:
         if x in results and y in results:
             dl = rel_loss_diff(results[x][0], results[y][0])
-            checks.append(f"{x} vs {y}: loss max rel diff {dl:.1e} "
-                          f"{'ok' if dl <= LOSS_RTOL else 'MISMATCH'}")
+            checks.append(
+                f"{x} vs {y}: loss max rel diff {dl:.1e} {'ok' if dl <= LOSS_RTOL else 'MISMATCH'}"
+            )
     for name, (loss, grad) in results.items():
         dl = rel_loss_diff(loss, ref_loss)
         dg = float(np.max(np.abs(grad - ref_grad)))
-        checks.append(f"{name} vs float64: loss max rel err {dl:.1e}, "
-                      f"grad max abs err {dg:.1e}")
+        checks.append(f"{name} vs float64: loss max rel err {dl:.1e}, grad max abs err {dg:.1e}")
     times = interleaved_medians({name: c[0] for name, c in built.items()}, reps)
     for name, (_, _, aot) in built.items():
         if aot is not None:
@@ -461,13 +488,19 @@ def run_dense(reps: Reps) -> Row:
     occ = grad.sum(axis=-1)
     want = (np.arange(inp.emissions.shape[1])[None, :] < inp.lengths[:, None]).astype(float)
     dg = float(np.max(np.abs(occ - want)))
-    checks = [f"total vs numpy float64 forward: max rel diff {dl:.1e} "
-              f"{'ok' if dl <= LOSS_RTOL else 'MISMATCH'}; "
-              f"gradient sums per frame: max |sum - (t < length)| {dg:.1e}"]
+    checks = [
+        f"total vs numpy float64 forward: max rel diff {dl:.1e} "
+        f"{'ok' if dl <= LOSS_RTOL else 'MISMATCH'}; "
+        f"gradient sums per frame: max |sum - (t < length)| {dg:.1e}"
+    ]
     times = interleaved_medians({"ours": call}, reps)
     d = DENSE
-    return Row(f"dense B={d['batch']} T={d['frames']} V={d['vocab']}", times,
-               {"ours": max(first - times["ours"], 0.0)}, checks)
+    return Row(
+        f"dense B={d['batch']} T={d['frames']} V={d['vocab']}",
+        times,
+        {"ours": max(first - times["ours"], 0.0)},
+        checks,
+    )
 
 
 # -- reporting -------------------------------------------------------------------------
@@ -488,63 +521,84 @@ def print_environment() -> None:
     import torch
 
     import semiring_jax as sj
-    print(f"python {platform.python_version()}  jax {jax.__version__}  optax "
-          f"{optax.__version__}  torch {torch.__version__}  numpy {np.__version__}  "
-          f"semiring_jax {sj.__version__}")
-    print(f"jax.devices(): {jax.devices()}  os.cpu_count(): {os.cpu_count()}  "
-          f"torch threads: 2  XLA_FLAGS={os.environ.get('XLA_FLAGS', '(unset)')}  "
-          f"load average at start: {os.getloadavg()[0]:.2f}")
+
+    print(
+        f"python {platform.python_version()}  jax {jax.__version__}  optax "
+        f"{optax.__version__}  torch {torch.__version__}  numpy {np.__version__}  "
+        f"semiring_jax {sj.__version__}"
+    )
+    print(
+        f"jax.devices(): {jax.devices()}  os.cpu_count(): {os.cpu_count()}  "
+        f"torch threads: 2  XLA_FLAGS={os.environ.get('XLA_FLAGS', '(unset)')}  "
+        f"load average at start: {os.getloadavg()[0]:.2f}"
+    )
 
 
 def print_inputs(indices: list[int]) -> None:
     print(f"\nInputs (seed {SEED}; blank 0, labels in [1, V)):")
     for i in indices:
         inp = make_ctc_inputs(i)
-        print(f"  (B, T, V, U) = {CTC_SIZES[i]}: input lengths "
-              f"{inp.input_lengths.min()}..{inp.input_lengths.max()}, label lengths "
-              f"{inp.label_lengths.min()}..{inp.label_lengths.max()}")
+        print(
+            f"  (B, T, V, U) = {CTC_SIZES[i]}: input lengths "
+            f"{inp.input_lengths.min()}..{inp.input_lengths.max()}, label lengths "
+            f"{inp.label_lengths.min()}..{inp.label_lengths.max()}"
+        )
 
 
 def print_table(rows: list[Row]) -> None:
-    print("\nCTC value + gradient w.r.t. logits (logits -> log_softmax -> loss -> sum ->"
-          " grad); median ms, compile s, run peak MB:")
-    header = (f"{'(B, T, V, U)':<23}{'ours':>9}{'optax':>9}{'torch':>9}{'optax/ours':>12}"
-              f"{'torch/ours':>12}{'cmp ours':>10}{'cmp optax':>10}{'mem ours':>10}"
-              f"{'mem optax':>10}{'mem torch':>10}")
+    print(
+        "\nCTC value + gradient w.r.t. logits (logits -> log_softmax -> loss -> sum ->"
+        " grad); median ms, compile s, run peak MB:"
+    )
+    header = (
+        f"{'(B, T, V, U)':<23}{'ours':>9}{'optax':>9}{'torch':>9}{'optax/ours':>12}"
+        f"{'torch/ours':>12}{'cmp ours':>10}{'cmp optax':>10}{'mem ours':>10}"
+        f"{'mem optax':>10}{'mem torch':>10}"
+    )
     print(header)
     print("-" * len(header))
     for r in rows:
         t = r.times
-        print(f"{r.name:<23}{fmt(t.get('ours'), '.1f', 1e3):>9}"
-              f"{fmt(t.get('optax'), '.1f', 1e3):>9}{fmt(t.get('torch'), '.1f', 1e3):>9}"
-              f"{fmt(r.ratio('optax'), '.2f'):>12}{fmt(r.ratio('torch'), '.2f'):>12}"
-              f"{fmt(r.compile_s.get('ours'), '.2f'):>10}"
-              f"{fmt(r.compile_s.get('optax'), '.2f'):>10}"
-              f"{fmt(mem_mb(r, 'ours'), '.0f'):>10}{fmt(mem_mb(r, 'optax'), '.0f'):>10}"
-              f"{fmt(mem_mb(r, 'torch'), '.0f'):>10}")
-    print("Ratios are peer / ours (> 1: ours faster). cmp = first jitted call minus"
-          " steady median. mem = run peak\n  (steady-state peak RSS above the inputs,"
-          " outputs included; see the docstring).")
+        print(
+            f"{r.name:<23}{fmt(t.get('ours'), '.1f', 1e3):>9}"
+            f"{fmt(t.get('optax'), '.1f', 1e3):>9}{fmt(t.get('torch'), '.1f', 1e3):>9}"
+            f"{fmt(r.ratio('optax'), '.2f'):>12}{fmt(r.ratio('torch'), '.2f'):>12}"
+            f"{fmt(r.compile_s.get('ours'), '.2f'):>10}"
+            f"{fmt(r.compile_s.get('optax'), '.2f'):>10}"
+            f"{fmt(mem_mb(r, 'ours'), '.0f'):>10}{fmt(mem_mb(r, 'optax'), '.0f'):>10}"
+            f"{fmt(mem_mb(r, 'torch'), '.0f'):>10}"
+        )
+    print(
+        "Ratios are peer / ours (> 1: ours faster). cmp = first jitted call minus"
+        " steady median. mem = run peak\n  (steady-state peak RSS above the inputs,"
+        " outputs included; see the docstring)."
+    )
 
 
 def print_dense(row: Row) -> None:
     d = DENSE
-    print(f"\nsj.dense_tot_score, LOG, value + gradient w.r.t. emissions; shared graph of"
-          f" {d['states']} states, {d['arcs']} arcs\n  (cyclic, {d['finals']} finals),"
-          f" B={d['batch']}, T={d['frames']}, V={d['vocab']}; no peer:")
+    print(
+        f"\nsj.dense_tot_score, LOG, value + gradient w.r.t. emissions; shared graph of"
+        f" {d['states']} states, {d['arcs']} arcs\n  (cyclic, {d['finals']} finals),"
+        f" B={d['batch']}, T={d['frames']}, V={d['vocab']}; no peer:"
+    )
     m = row.mem.get("ours")
     xla = m and m.get("xla")
-    print(f"  median {fmt(row.times.get('ours'), '.1f', 1e3)} ms, compile "
-          f"{fmt(row.compile_s.get('ours'), '.2f')} s, run peak "
-          f"{fmt(mem_mb(row, 'ours'), '.0f')} MB, first-call peak "
-          f"{fmt(mem_mb(row, 'ours', 'first_peak_kb'), '.0f')} MB, XLA temp+output "
-          f"{fmt(xla and (xla['temp'] + xla['output']) / 2**20, '.0f')} MB")
+    print(
+        f"  median {fmt(row.times.get('ours'), '.1f', 1e3)} ms, compile "
+        f"{fmt(row.compile_s.get('ours'), '.2f')} s, run peak "
+        f"{fmt(mem_mb(row, 'ours'), '.0f')} MB, first-call peak "
+        f"{fmt(mem_mb(row, 'ours', 'first_peak_kb'), '.0f')} MB, XLA temp+output "
+        f"{fmt(xla and (xla['temp'] + xla['output']) / 2**20, '.0f')} MB"
+    )
 
 
 def print_memory(rows: list[Row]) -> None:
     print("\nMemory details (MB; fresh subprocess per cell, MALLOC_MMAP_THRESHOLD_=65536):")
-    print(f"  {'workload':<30}{'impl':<7}{'run peak':>10}{'first-call peak':>17}"
-          f"{'XLA temp+out':>14}{'AOT compile s':>15}")
+    print(
+        f"  {'workload':<30}{'impl':<7}{'run peak':>10}{'first-call peak':>17}"
+        f"{'XLA temp+out':>14}{'AOT compile s':>15}"
+    )
     for r in rows:
         for impl, m in r.mem.items():
             if m is None:
@@ -552,10 +606,12 @@ def print_memory(rows: list[Row]) -> None:
                 continue
             xla = m["xla"]
             note = "" if m["resettable"] else "  (ru_maxrss: lifetime peak)"
-            print(f"  {r.name:<30}{impl:<7}{m['run_peak_kb'] / 1024:>10.0f}"
-                  f"{m['first_peak_kb'] / 1024:>17.0f}"
-                  f"{fmt(xla and (xla['temp'] + xla['output']) / 2**20, '.0f'):>14}"
-                  f"{fmt(m['aot_s'], '.2f'):>15}{note}")
+            print(
+                f"  {r.name:<30}{impl:<7}{m['run_peak_kb'] / 1024:>10.0f}"
+                f"{m['first_peak_kb'] / 1024:>17.0f}"
+                f"{fmt(xla and (xla['temp'] + xla['output']) / 2**20, '.0f'):>14}"
+                f"{fmt(m['aot_s'], '.2f'):>15}{note}"
+            )
     print("  first-call peak includes XLA compilation for the JAX contestants.")
 
 
@@ -567,23 +623,25 @@ def print_checks(rows: list[Row]) -> None:
 
 
 def print_goals(rows: list[Row], indices: list[int]) -> None:
-    print("\nGoals: value+grad >= 2x faster than optax at the two larger sizes and no"
-          " slower at the smallest;\n  no slower than torch at any size; run peak memory"
-          " <= optax's.")
+    print(
+        "\nGoals: value+grad >= 2x faster than optax at the two larger sizes and no"
+        " slower at the smallest;\n  no slower than torch at any size; run peak memory"
+        " <= optax's."
+    )
     met_all = True
     for r, i in zip(rows, indices):
         items = []
         for label, value, goal in [
-                ("optax/ours", r.ratio("optax"), SPEED_GOALS[i]),
-                ("torch/ours", r.ratio("torch"), 1.0)]:
+            ("optax/ours", r.ratio("optax"), SPEED_GOALS[i]),
+            ("torch/ours", r.ratio("torch"), 1.0),
+        ]:
             if value is None:
                 items.append(f"{label} >= {goal:.0f}: not measured")
                 met_all = False
             else:
                 met = value >= goal
                 met_all &= met
-                items.append(f"{label} {value:.2f} >= {goal:.0f}: "
-                             f"{'MET' if met else 'NOT MET'}")
+                items.append(f"{label} {value:.2f} >= {goal:.0f}: {'MET' if met else 'NOT MET'}")
         mo, mp = mem_mb(r, "ours"), mem_mb(r, "optax")
         if mo is None or mp is None:
             items.append("memory: not measured")
@@ -601,14 +659,14 @@ def print_goals(rows: list[Row], indices: list[int]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: smallest CTC size only, fewer repetitions")
-    parser.add_argument("--no-dense", action="store_true",
-                        help="skip the dense_tot_score workload")
-    parser.add_argument("--no-memory", action="store_true",
-                        help="skip the peak-memory subprocesses")
-    parser.add_argument("--measure-one", nargs=2, metavar=("IMPL", "INDEX"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: smallest CTC size only, fewer repetitions"
+    )
+    parser.add_argument("--no-dense", action="store_true", help="skip the dense_tot_score workload")
+    parser.add_argument(
+        "--no-memory", action="store_true", help="skip the peak-memory subprocesses"
+    )
+    parser.add_argument("--measure-one", nargs=2, metavar=("IMPL", "INDEX"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.measure_one:
         print(json.dumps(measure_one(args.measure_one[0], int(args.measure_one[1]))))
@@ -632,20 +690,25 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for i in indices:
         rows.append(run_ctc_size(i, impls, reps))
-        print(f"  timed {rows[-1].name} ({time.perf_counter() - start:.0f} s)",
-              file=sys.stderr, flush=True)
+        print(
+            f"  timed {rows[-1].name} ({time.perf_counter() - start:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
     dense_row = None
     if dense:
         dense_row = run_dense(reps)
-        print(f"  timed dense ({time.perf_counter() - start:.0f} s)", file=sys.stderr,
-              flush=True)
+        print(f"  timed dense ({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
 
     if not args.no_memory:
         for r, i in zip(rows, indices):
             for impl in impls:
                 r.mem[impl] = measure_in_subprocess(impl, i)
-            print(f"  memory {r.name} ({time.perf_counter() - start:.0f} s)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  memory {r.name} ({time.perf_counter() - start:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
         if dense_row is not None:
             dense_row.mem["ours"] = measure_in_subprocess("dense", 0)
 
@@ -657,8 +720,10 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_memory:
         print_memory(all_rows)
     print_goals(rows, indices)
-    print(f"\nTotal wall time {time.perf_counter() - start:.0f} s; load average at end "
-          f"{os.getloadavg()[0]:.2f} (other processes on the 2 cores inflate all times).")
+    print(
+        f"\nTotal wall time {time.perf_counter() - start:.0f} s; load average at end "
+        f"{os.getloadavg()[0]:.2f} (other processes on the 2 cores inflate all times)."
+    )
 
 
 if __name__ == "__main__":

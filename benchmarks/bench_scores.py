@@ -104,8 +104,9 @@ class Workload:
         return sum(g.num_arcs for g in self.graphs)
 
 
-def _finish_graph(rng: np.random.Generator, num_states: int, src: np.ndarray,
-                  dst: np.ndarray, finals: np.ndarray) -> Graph:
+def _finish_graph(
+    rng: np.random.Generator, num_states: int, src: np.ndarray, dst: np.ndarray, finals: np.ndarray
+) -> Graph:
     """Shuffles arc order, draws labels and N(0, 1) weights, and renumbers
     the states by a random permutation that keeps 0 (the start) in place.
 
@@ -122,8 +123,9 @@ def _finish_graph(rng: np.random.Generator, num_states: int, src: np.ndarray,
     return Graph(num_states, relabel[src], relabel[dst], label, weight, final, relabel)
 
 
-def random_dag(rng: np.random.Generator, num_states: int, num_arcs: int,
-               num_final: int = 4) -> Graph:
+def random_dag(
+    rng: np.random.Generator, num_states: int, num_arcs: int, num_final: int = 4
+) -> Graph:
     """A random trim DAG with exactly `num_arcs` arcs.
 
     In a topological numbering: the last state is final with `num_final - 1`
@@ -152,8 +154,13 @@ def random_dag(rng: np.random.Generator, num_states: int, num_arcs: int,
     return _finish_graph(rng, n, np.concatenate(src), np.concatenate(dst), finals)
 
 
-def layered_lattice(rng: np.random.Generator, num_layers: int = 1000, width: int = 10,
-                    num_arcs: int = 50_000, num_final: int = 4) -> Graph:
+def layered_lattice(
+    rng: np.random.Generator,
+    num_layers: int = 1000,
+    width: int = 10,
+    num_arcs: int = 50_000,
+    num_final: int = 4,
+) -> Graph:
     """A lattice whose arcs only join consecutive layers (depth num_layers - 1).
 
     Layer 0 is the start state alone (so every state is reachable), the
@@ -194,8 +201,7 @@ def make_workloads() -> list[Workload]:
         Workload("dag-1k", [random_dag(rng, 1_000, 5_000)]),
         Workload("dag-10k", [random_dag(rng, 10_000, 50_000)]),
         Workload("lattice-1000x10", [layered_lattice(rng)]),
-        Workload("batch-32x200", [random_dag(rng, 200, 1_000) for _ in range(32)],
-                 batched=True),
+        Workload("batch-32x200", [random_dag(rng, 200, 1_000) for _ in range(32)], batched=True),
     ]
 
 
@@ -204,9 +210,15 @@ def make_workloads() -> list[Workload]:
 
 def build_ours(workload: Workload) -> sj.Fsa:
     """The workload as one Fsa (stacked for a batch)."""
-    fsas = [sj.Fsa.from_arcs(np.stack([g.src, g.dst, g.label, g.weight], axis=1), g.final,
-                             num_states=g.num_states, dtype=np.float32)
-            for g in workload.graphs]
+    fsas = [
+        sj.Fsa.from_arcs(
+            np.stack([g.src, g.dst, g.label, g.weight], axis=1),
+            g.final,
+            num_states=g.num_states,
+            dtype=np.float32,
+        )
+        for g in workload.graphs
+    ]
     return sj.stack(fsas) if workload.batched else fsas[0]
 
 
@@ -217,6 +229,7 @@ def ours_functions(semiring: sj.Semiring) -> tuple[Callable, Callable]:
     training step), and the weights a separate one: `value_and_grad` takes
     the gradient with respect to all arc weights, [A] or [B, A].
     """
+
     def total(fsa: sj.Fsa, weight: jax.Array) -> jax.Array:
         return jnp.sum(sj.tot_score(fsa.replace(weight=weight), semiring))
 
@@ -233,8 +246,9 @@ def to_pynini(graph: Graph, semiring_name: str) -> Any:
     weight_type = fst.weight_type()
     fst.add_states(graph.num_states)
     fst.set_start(0)
-    for s, d, lab, w in zip(graph.src.tolist(), graph.dst.tolist(), graph.label.tolist(),
-                            graph.weight.tolist()):
+    for s, d, lab, w in zip(
+        graph.src.tolist(), graph.dst.tolist(), graph.label.tolist(), graph.weight.tolist()
+    ):
         fst.add_arc(s, pynini.Arc(lab, lab, pynini.Weight(weight_type, -w), d))
     for state, w in graph.final.items():
         fst.set_final(state, pynini.Weight(weight_type, -w))
@@ -253,8 +267,7 @@ def openfst_total(fsts: list[Any]) -> list[list[Any]]:
     return [pynini.shortestdistance(f, delta=OPENFST_DELTA, reverse=True) for f in fsts]
 
 
-def openfst_total_forward(fsts: list[Any], finals: list[list[tuple[int, Any]]]
-                          ) -> list[Any]:
+def openfst_total_forward(fsts: list[Any], finals: list[list[tuple[int, Any]]]) -> list[Any]:
     """Detail only: forward distances, then ⊕ of distance ⊗ final weight in
     Python over the few final states. Avoids the reversed copy."""
     totals = []
@@ -297,6 +310,7 @@ class NumpyPrep:
 
 def numpy_prepare(graph: Graph) -> NumpyPrep:
     """CSR tables of incoming and outgoing arcs (by state), and final weights."""
+
     def csr(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         order = np.argsort(keys, kind="stable")
         ptr = np.zeros(graph.num_states + 1, dtype=np.int64)
@@ -308,8 +322,16 @@ def numpy_prepare(graph: Graph) -> NumpyPrep:
     final_weight = np.full(graph.num_states, -np.inf, dtype=np.float64)
     for state, w in graph.final.items():
         final_weight[state] = w
-    return NumpyPrep(graph, in_order, in_ptr, graph.src[in_order], out_order, out_ptr,
-                     graph.dst[out_order], final_weight)
+    return NumpyPrep(
+        graph,
+        in_order,
+        in_ptr,
+        graph.src[in_order],
+        out_order,
+        out_ptr,
+        graph.dst[out_order],
+        final_weight,
+    )
 
 
 def numpy_log(prep: NumpyPrep, weight: np.ndarray) -> tuple[float, np.ndarray]:
@@ -326,8 +348,9 @@ def numpy_log(prep: NumpyPrep, weight: np.ndarray) -> tuple[float, np.ndarray]:
     for s in g.topo[::-1]:
         a, b = prep.out_ptr[s], prep.out_ptr[s + 1]
         if b > a:
-            beta[s] = np.logaddexp(beta[s],
-                                   np.logaddexp.reduce(out_w[a:b] + beta[prep.out_dst[a:b]]))
+            beta[s] = np.logaddexp(
+                beta[s], np.logaddexp.reduce(out_w[a:b] + beta[prep.out_dst[a:b]])
+            )
     total = float(beta[0])
     return total, np.exp(alpha[g.src] + w + beta[g.dst] - total)
 
@@ -434,27 +457,45 @@ def run_row(workload: Workload, fsa: sj.Fsa, semiring_name: str, reps: Reps) -> 
     grad = np.asarray(grad).reshape(len(workload.graphs), -1)
     np_results = numpy_call()
     np_ok = all(agree(float(o), r[0]) for o, r in zip(per_entry, np_results))
-    grad_err = max(float(np.max(np.abs(grad[i, :g.num_arcs] - r[1])))
-                   for i, (g, r) in enumerate(zip(workload.graphs, np_results)))
-    checks.append(f"numpy value {'ok' if np_ok else 'MISMATCH'}, "
-                  f"max |grad - numpy posteriors| = {grad_err:.1e}")
+    grad_err = max(
+        float(np.max(np.abs(grad[i, : g.num_arcs] - r[1])))
+        for i, (g, r) in enumerate(zip(workload.graphs, np_results))
+    )
+    checks.append(
+        f"numpy value {'ok' if np_ok else 'MISMATCH'}, "
+        f"max |grad - numpy posteriors| = {grad_err:.1e}"
+    )
     if not math.isclose(float(total), float(per_entry.sum()), rel_tol=1e-5, abs_tol=1e-3):
-        checks.append(f"MISMATCH: jitted value {float(total)} vs tot_score sum "
-                      f"{float(per_entry.sum())}")
+        checks.append(
+            f"MISMATCH: jitted value {float(total)} vs tot_score sum {float(per_entry.sum())}"
+        )
     if fsts is not None:
         fst_totals = [weight_to_score(d[0]) if d else -math.inf for d in openfst_total(fsts)]
         fwd_totals = [weight_to_score(t) for t in openfst_total_forward(fsts, fst_finals)]
         errors = [abs(float(o) - t) / max(1.0, abs(t)) for o, t in zip(per_entry, fst_totals)]
         fst_ok = all(agree(float(o), t) for o, t in zip(per_entry, fst_totals))
         fwd_ok = all(agree(float(o), t) for o, t in zip(per_entry, fwd_totals))
-        checks.append(f"OpenFst value {'ok' if fst_ok else 'MISMATCH'} "
-                      f"(max rel err {max(errors):.1e}; forward variant "
-                      f"{'ok' if fwd_ok else 'MISMATCH'})")
+        checks.append(
+            f"OpenFst value {'ok' if fst_ok else 'MISMATCH'} "
+            f"(max rel err {max(errors):.1e}; forward variant "
+            f"{'ok' if fwd_ok else 'MISMATCH'})"
+        )
 
     medians = interleaved_medians(contestants, reps)
-    return Row(workload.name, semiring_name, workload.num_arcs, fsa.schedule.in_arc.shape[-3],
-               medians["ours_vg"], medians["ours_value"], compile_vg, compile_value,
-               medians.get("openfst"), medians.get("openfst_fwd"), medians["numpy"], checks)
+    return Row(
+        workload.name,
+        semiring_name,
+        workload.num_arcs,
+        fsa.schedule.in_arc.shape[-3],
+        medians["ours_vg"],
+        medians["ours_value"],
+        compile_vg,
+        compile_value,
+        medians.get("openfst"),
+        medians.get("openfst_fwd"),
+        medians["numpy"],
+        checks,
+    )
 
 
 # -- reporting -------------------------------------------------------------------------
@@ -467,80 +508,103 @@ def fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
 
 def print_environment() -> None:
     """Versions and devices, so that a table can be put in context."""
-    print(f"python {platform.python_version()}  jax {jax.__version__}  "
-          f"numpy {np.__version__}  pynini "
-          f"{getattr(pynini, '__version__', 'MISSING (OpenFst peer skipped)')}  "
-          f"semiring_jax {sj.__version__}")
-    print(f"jax.devices(): {jax.devices()}  os.cpu_count(): {os.cpu_count()}  "
-          f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '(unset)')}")
+    print(
+        f"python {platform.python_version()}  jax {jax.__version__}  "
+        f"numpy {np.__version__}  pynini "
+        f"{getattr(pynini, '__version__', 'MISSING (OpenFst peer skipped)')}  "
+        f"semiring_jax {sj.__version__}"
+    )
+    print(
+        f"jax.devices(): {jax.devices()}  os.cpu_count(): {os.cpu_count()}  "
+        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '(unset)')}"
+    )
 
 
-def print_workloads(workloads: list[Workload], fsas: list[sj.Fsa], build_s: list[float]
-                    ) -> None:
+def print_workloads(workloads: list[Workload], fsas: list[sj.Fsa], build_s: list[float]) -> None:
     """Sizes and schedule shapes: levels L = depth + 1, width W (states per
     level), R rows of K slots per level (incoming arcs; high in-degree
     states use several rows), and the padded slots L * R * K per scan."""
     print(f"\nWorkloads (seed {SEED}; state numbering permuted, 0 kept as start):")
-    print(f"  {'workload':<17}{'states':>8}{'arcs':>8}{'L':>6}{'W':>6}{'R':>6}{'K':>5}"
-          f"{'R_out':>6}{'K_out':>6}{'slots L*R*K':>13}{'build (s)':>11}")
+    print(
+        f"  {'workload':<17}{'states':>8}{'arcs':>8}{'L':>6}{'W':>6}{'R':>6}{'K':>5}"
+        f"{'R_out':>6}{'K_out':>6}{'slots L*R*K':>13}{'build (s)':>11}"
+    )
     for w, fsa, seconds in zip(workloads, fsas, build_s):
         levels, rows, max_in = fsa.schedule.in_arc.shape[-3:]
         width = fsa.schedule.pos_state.shape[-1]
         out_rows, max_out = fsa.schedule.out_arc.shape[-2:]
         batch = f"  (B={len(w.graphs)}, padded)" if w.batched else ""
-        print(f"  {w.name:<17}{w.num_states:>8}{w.num_arcs:>8}{levels:>6}{width:>6}{rows:>6}"
-              f"{max_in:>5}{out_rows:>6}{max_out:>6}{levels * rows * max_in:>13}"
-              f"{seconds:>11.3f}{batch}")
+        print(
+            f"  {w.name:<17}{w.num_states:>8}{w.num_arcs:>8}{levels:>6}{width:>6}{rows:>6}"
+            f"{max_in:>5}{out_rows:>6}{max_out:>6}{levels * rows * max_in:>13}"
+            f"{seconds:>11.3f}{batch}"
+        )
     print("  build = Fsa.from_arcs (+ sj.stack for the batch): host numpy, not in the table.")
 
 
 def print_table(rows: list[Row]) -> None:
     """The headline table, one row per (workload, semiring)."""
     print("\nResults (median ms; compile = first call of the jitted value+grad, in s):")
-    header = (f"{'workload':<17}{'semiring':<10}{'ours v+g':>10}{'ours val':>10}"
-              f"{'compile':>9}{'OpenFst':>10}{'numpy':>10}{'OFst/ours':>11}"
-              f"{'np/ours':>9}{'ns/arc':>8}")
+    header = (
+        f"{'workload':<17}{'semiring':<10}{'ours v+g':>10}{'ours val':>10}"
+        f"{'compile':>9}{'OpenFst':>10}{'numpy':>10}{'OFst/ours':>11}"
+        f"{'np/ours':>9}{'ns/arc':>8}"
+    )
     print(header)
     print("-" * len(header))
     for r in rows:
-        print(f"{r.workload:<17}{r.semiring:<10}{r.ours_vg * 1e3:>10.3f}"
-              f"{r.ours_value * 1e3:>10.3f}{r.compile_vg:>9.2f}"
-              f"{fmt(r.openfst, '.3f', 1e3):>10}{r.numpy * 1e3:>10.1f}"
-              f"{fmt(r.ratio_openfst, '.1f'):>11}{r.ratio_numpy:>9.0f}{r.ns_per_arc:>8.0f}")
-    print("Columns: ours v+g = jitted tot_score value + gradient w.r.t. all arc weights;"
-          " ours val = value only;\n  OpenFst = pynini.shortestdistance(reverse=True,"
-          f" delta={OPENFST_DELTA:g}), value only, including pynini's reversed copy and the"
-          " Python\n  list of Weight objects it returns (batch: 32 FSTs one after another);"
-          " numpy = per-state loop, value + posteriors\n  (TROPICAL: value + best-path"
-          " indicator); ratios are peer / ours v+g; ns/arc = ours v+g per real arc.")
+        print(
+            f"{r.workload:<17}{r.semiring:<10}{r.ours_vg * 1e3:>10.3f}"
+            f"{r.ours_value * 1e3:>10.3f}{r.compile_vg:>9.2f}"
+            f"{fmt(r.openfst, '.3f', 1e3):>10}{r.numpy * 1e3:>10.1f}"
+            f"{fmt(r.ratio_openfst, '.1f'):>11}{r.ratio_numpy:>9.0f}{r.ns_per_arc:>8.0f}"
+        )
+    print(
+        "Columns: ours v+g = jitted tot_score value + gradient w.r.t. all arc weights;"
+        " ours val = value only;\n  OpenFst = pynini.shortestdistance(reverse=True,"
+        f" delta={OPENFST_DELTA:g}), value only, including pynini's reversed copy and the"
+        " Python\n  list of Weight objects it returns (batch: 32 FSTs one after another);"
+        " numpy = per-state loop, value + posteriors\n  (TROPICAL: value + best-path"
+        " indicator); ratios are peer / ours v+g; ns/arc = ours v+g per real arc."
+    )
 
 
 def print_details(rows: list[Row]) -> None:
     """Secondary numbers: value-only compile, OpenFst forward variant, checks."""
     print("\nDetails:")
-    print(f"  {'workload':<17}{'semiring':<10}{'compile val (s)':>16}"
-          f"{'OpenFst fwd (ms)':>18}{'OFst fwd/ours':>15}  checks")
+    print(
+        f"  {'workload':<17}{'semiring':<10}{'compile val (s)':>16}"
+        f"{'OpenFst fwd (ms)':>18}{'OFst fwd/ours':>15}  checks"
+    )
     for r in rows:
         fwd_ratio = None if r.openfst_forward is None else r.openfst_forward / r.ours_vg
-        print(f"  {r.workload:<17}{r.semiring:<10}{r.compile_value:>16.2f}"
-              f"{fmt(r.openfst_forward, '.3f', 1e3):>18}"
-              f"{fmt(fwd_ratio, '.1f'):>15}  {'; '.join(r.checks)}")
-    print("  OpenFst fwd = shortestdistance(reverse=False) then ⊕ over final states in"
-          " Python (no reversed copy); detail only,\n  the goal uses the reverse=True column.")
+        print(
+            f"  {r.workload:<17}{r.semiring:<10}{r.compile_value:>16.2f}"
+            f"{fmt(r.openfst_forward, '.3f', 1e3):>18}"
+            f"{fmt(fwd_ratio, '.1f'):>15}  {'; '.join(r.checks)}"
+        )
+    print(
+        "  OpenFst fwd = shortestdistance(reverse=False) then ⊕ over final states in"
+        " Python (no reversed copy); detail only,\n  the goal uses the reverse=True column."
+    )
 
 
 def print_depth_scaling(rows: list[Row], fsas: dict[str, sj.Fsa]) -> None:
     """Time per level on the two 50,000-arc workloads: same arcs, different depth."""
     print("\nDepth scaling (50,000 arcs each; sequential steps = levels L):")
-    print(f"  {'workload':<17}{'semiring':<10}{'states':>8}{'L':>6}{'W':>6}"
-          f"{'v+g ms':>9}{'us/level':>10}{'value ms':>10}{'us/level':>10}")
+    print(
+        f"  {'workload':<17}{'semiring':<10}{'states':>8}{'L':>6}{'W':>6}"
+        f"{'v+g ms':>9}{'us/level':>10}{'value ms':>10}{'us/level':>10}"
+    )
     for r in rows:
         if r.workload not in ("dag-10k", "lattice-1000x10"):
             continue
         levels, width = fsas[r.workload].schedule.pos_state.shape[-2:]
-        print(f"  {r.workload:<17}{r.semiring:<10}{fsas[r.workload].num_states:>8}{levels:>6}"
-              f"{width:>6}{r.ours_vg * 1e3:>9.3f}{r.ours_vg / levels * 1e6:>10.2f}"
-              f"{r.ours_value * 1e3:>10.3f}{r.ours_value / levels * 1e6:>10.2f}")
+        print(
+            f"  {r.workload:<17}{r.semiring:<10}{fsas[r.workload].num_states:>8}{levels:>6}"
+            f"{width:>6}{r.ours_vg * 1e3:>9.3f}{r.ours_vg / levels * 1e6:>10.2f}"
+            f"{r.ours_value * 1e3:>10.3f}{r.ours_value / levels * 1e6:>10.2f}"
+        )
 
 
 GOALS = {"dag-1k": 10.0, "dag-10k": 20.0, "lattice-1000x10": 20.0, "batch-32x200": 20.0}
@@ -548,21 +612,27 @@ GOALS = {"dag-1k": 10.0, "dag-10k": 20.0, "lattice-1000x10": 20.0, "batch-32x200
 
 def print_summary(rows: list[Row]) -> None:
     """Whether the speed goals against OpenFst are met, row by row."""
-    print("\nGoals: on the three larger workloads (dag-10k, lattice-1000x10, batch-32x200)"
-          " our value+grad is >= 20x faster than\n  OpenFst's value-only time; on the"
-          " 1,000-state one (dag-1k) >= 10x.")
+    print(
+        "\nGoals: on the three larger workloads (dag-10k, lattice-1000x10, batch-32x200)"
+        " our value+grad is >= 20x faster than\n  OpenFst's value-only time; on the"
+        " 1,000-state one (dag-1k) >= 10x."
+    )
     met_all = True
     for r in rows:
         goal = GOALS[r.workload]
         if r.ratio_openfst is None:
-            print(f"  {r.workload:<17}{r.semiring:<10} goal {goal:>4.0f}x: not measured"
-                  " (pynini missing)")
+            print(
+                f"  {r.workload:<17}{r.semiring:<10} goal {goal:>4.0f}x: not measured"
+                " (pynini missing)"
+            )
             met_all = False
             continue
         met = r.ratio_openfst >= goal
         met_all &= met
-        print(f"  {r.workload:<17}{r.semiring:<10} goal {goal:>4.0f}x: "
-              f"measured {r.ratio_openfst:6.1f}x  {'MET' if met else 'NOT MET'}")
+        print(
+            f"  {r.workload:<17}{r.semiring:<10} goal {goal:>4.0f}x: "
+            f"measured {r.ratio_openfst:6.1f}x  {'MET' if met else 'NOT MET'}"
+        )
     print(f"  Overall: {'all goals met' if met_all else 'some goals NOT met'}.")
 
 
@@ -571,8 +641,9 @@ def print_summary(rows: list[Row]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="fewer repetitions (same sizes), for a smoke run")
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer repetitions (same sizes), for a smoke run"
+    )
     args = parser.parse_args(argv)
     reps = QUICK_REPS if args.quick else FULL_REPS
     start = time.perf_counter()
@@ -591,8 +662,11 @@ def main(argv: list[str] | None = None) -> None:
     for w, fsa in zip(workloads, fsas):
         for semiring_name in SEMIRINGS:
             rows.append(run_row(w, fsa, semiring_name, reps))
-            print(f"  done {w.name} {semiring_name} ({time.perf_counter() - start:.0f} s)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  done {w.name} {semiring_name} ({time.perf_counter() - start:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     print_table(rows)
     print_details(rows)

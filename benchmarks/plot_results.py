@@ -60,32 +60,41 @@ def draw(results: dict[str, Any], path: pathlib.Path = PICTURE) -> None:
     import matplotlib.pyplot as plt
 
     bars = speedups(results)
-    colours = {"ctc_loss v+g": "tab:blue", "tot_score v+g": "tab:green",
-               "structural": "tab:red"}
+    colours = {"ctc_loss v+g": "tab:blue", "tot_score v+g": "tab:green", "structural": "tab:red"}
     figure, axes = plt.subplots(figsize=(8.0, 0.32 * len(bars) + 1.4), dpi=100)
     positions = list(range(len(bars)))[::-1]
     for position, (group, _, ratio, lowest, highest) in zip(positions, bars):
         # Bars grow from 1 (parity), to the right where we are faster.
         axes.barh(position, ratio - 1.0, left=1.0, color=colours[group])
         if highest > lowest:
-            axes.errorbar(ratio, position, xerr=[[ratio - lowest], [highest - ratio]],
-                          color="black", capsize=3, linewidth=1)
+            axes.errorbar(
+                ratio,
+                position,
+                xerr=[[ratio - lowest], [highest - ratio]],
+                color="black",
+                capsize=3,
+                linewidth=1,
+            )
         if ratio >= 1.0:
-            axes.text(highest * 1.1, position, f"{ratio:.2g}× faster", va="center",
-                      fontsize=8)
+            axes.text(highest * 1.1, position, f"{ratio:.2g}× faster", va="center", fontsize=8)
         else:
-            slower = (f"{1 / highest:.2g}–{1 / lowest:.2g}" if highest > lowest
-                      else f"{1 / ratio:.2g}")
-            axes.text(lowest / 1.1, position, f"{slower}× slower", va="center",
-                      ha="right", fontsize=8)
+            slower = (
+                f"{1 / highest:.2g}–{1 / lowest:.2g}" if highest > lowest else f"{1 / ratio:.2g}"
+            )
+            axes.text(
+                lowest / 1.1, position, f"{slower}× slower", va="center", ha="right", fontsize=8
+            )
     axes.set_xscale("log")
     axes.set_xlim(0.0004, 100)
     axes.axvline(1.0, color="black", linewidth=1)
     axes.set_yticks(positions, [label for _, label, _, _, _ in bars], fontsize=8)
     axes.set_xlabel("peer time / our time (log scale): right of 1 we are faster")
     environment = results["environment"]
-    axes.set_title(f"semiring_jax vs peers ({environment['machine']}, "
-                   f"JAX {environment['jax']}, {environment['date']})", fontsize=10)
+    axes.set_title(
+        f"semiring_jax vs peers ({environment['machine']}, "
+        f"JAX {environment['jax']}, {environment['date']})",
+        fontsize=10,
+    )
     handles = [plt.Rectangle((0, 0), 1, 1, color=colour) for colour in colours.values()]
     axes.legend(handles, list(colours), loc="lower right", fontsize=8)
     figure.tight_layout()
@@ -98,26 +107,39 @@ def draw(results: dict[str, Any], path: pathlib.Path = PICTURE) -> None:
 def tables(results: dict[str, Any]) -> str:
     """The Markdown tables of docs/performance.md, from `results`."""
     ctc = results["ctc_loss"]["rows"]
-    lines = ["| (B, T, V, U) | ours (ms) | optax (ms) | torch (ms) | optax / ours | torch / ours |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| ({r['B']}, {r['T']}, {r['V']}, {r['U']}) | {r['ours_ms']:.1f} | "
-              f"{r['optax_ms']:.1f} | {r['torch_ms']:.1f} | {r['optax_over_ours']:.2f} | "
-              f"{r['torch_over_ours']:.2f} |" for r in ctc]
-    lines += ["", "| workload | arcs | OpenFst / ours, LOG | OpenFst / ours, TROPICAL |",
-              "|---|---|---|---|"]
-    lines += [f"| {r['workload']} | {r['arcs']:,} | {r['log']:g}× | {r['tropical']:g}× |"
-              for r in results["tot_score"]["rows"]]
+    lines = [
+        "| (B, T, V, U) | ours (ms) | optax (ms) | torch (ms) | optax / ours | torch / ours |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| ({r['B']}, {r['T']}, {r['V']}, {r['U']}) | {r['ours_ms']:.1f} | "
+        f"{r['optax_ms']:.1f} | {r['torch_ms']:.1f} | {r['optax_over_ours']:.2f} | "
+        f"{r['torch_over_ours']:.2f} |"
+        for r in ctc
+    ]
+    lines += [
+        "",
+        "| workload | arcs | OpenFst / ours, LOG | OpenFst / ours, TROPICAL |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['workload']} | {r['arcs']:,} | {r['log']:g}× | {r['tropical']:g}× |"
+        for r in results["tot_score"]["rows"]
+    ]
     lines += ["", "| op | workload | ours / OpenFst |", "|---|---|---|"]
-    lines += [f"| `{r['op']}` | {r['workload']} | "
-              f"{min(r['ours_over_openfst']):g}–{max(r['ours_over_openfst']):g}× |"
-              for r in results["structural"]["rows"]]
+    lines += [
+        f"| `{r['op']}` | {r['workload']} | "
+        f"{min(r['ours_over_openfst']):g}–{max(r['ours_over_openfst']):g}× |"
+        for r in results["structural"]["rows"]
+    ]
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tables", action="store_true",
-                        help="print the Markdown tables instead of drawing")
+    parser.add_argument(
+        "--tables", action="store_true", help="print the Markdown tables instead of drawing"
+    )
     args = parser.parse_args()
     results = load_results()
     if args.tables:

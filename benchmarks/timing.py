@@ -20,8 +20,7 @@ class Reps:
     budget_s: float
 
 
-def interleaved_medians(contestants: dict[str, Callable[[], Any]], reps: Reps
-                        ) -> dict[str, float]:
+def interleaved_medians(contestants: dict[str, Callable[[], Any]], reps: Reps) -> dict[str, float]:
     """Median seconds per call of each contestant, timed round-robin.
 
     Each callable must block until its result is ready. One untimed warm-up
@@ -36,8 +35,9 @@ def interleaved_medians(contestants: dict[str, Callable[[], Any]], reps: Reps
 
     def done(name: str) -> bool:
         runs = len(samples[name])
-        return runs >= reps.max_runs or (runs >= reps.min_runs
-                                         and sum(samples[name]) >= reps.budget_s)
+        return runs >= reps.max_runs or (
+            runs >= reps.min_runs and sum(samples[name]) >= reps.budget_s
+        )
 
     gc.collect()
     while not all(done(name) for name in contestants):

@@ -28,10 +28,14 @@ import os
 import sys
 
 # XLA reads its flags when jax is first imported, so this must come before.
-if (__name__ == "__main__" and "--shard" in sys.argv
-        and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                               + " --xla_force_host_platform_device_count=4").strip()
+if (
+    __name__ == "__main__"
+    and "--shard" in sys.argv
+    and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
+):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+    ).strip()
 
 import argparse
 import time
@@ -45,11 +49,11 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import semiring_jax as sj
 
-NUM_LABELS = 8            # real labels 1..8; class 0 is the blank
+NUM_LABELS = 8  # real labels 1..8; class 0 is the blank
 NUM_CLASSES = NUM_LABELS + 1
-NUM_FEATURES = 12         # one channel per label, plus 4 noise-only channels
-MAX_LABELS = 6            # U: labels per target are 3..6
-MAX_FRAMES = 40           # T: 6 labels x 4 frames + 7 gaps x 2 frames = 38 at most
+NUM_FEATURES = 12  # one channel per label, plus 4 noise-only channels
+MAX_LABELS = 6  # U: labels per target are 3..6
+MAX_FRAMES = 40  # T: 6 labels x 4 frames + 7 gaps x 2 frames = 38 at most
 BLANK = 0
 
 
@@ -72,14 +76,15 @@ def synthetic_batch(rng: np.random.Generator, batch_size: int) -> dict:
             # A repeated label needs a gap, or CTC would read it as one label.
             t += rng.integers(1 if label == previous else 0, 3)
             duration = rng.integers(2, 5)
-            frames[b, t:t + duration, label - 1] = rng.uniform(1.0, 1.5)
+            frames[b, t : t + duration, label - 1] = rng.uniform(1.0, 1.5)
             labels[b, u], previous = label, label
             t += duration
         t += rng.integers(0, 3)  # trailing noise frames
         frames[b, :t] += rng.normal(0.0, 0.3, (t, NUM_FEATURES)).astype(np.float32)
         input_lengths[b] = t
-    return dict(frames=frames, input_lengths=input_lengths, labels=labels,
-                label_lengths=label_lengths)
+    return dict(
+        frames=frames, input_lengths=input_lengths, labels=labels, label_lengths=label_lengths
+    )
 
 
 class BiGRU(eqx.Module):
@@ -91,12 +96,13 @@ class BiGRU(eqx.Module):
 
     def __init__(self, hidden_size: int, key: jax.Array):
         forward_key, backward_key, head_key = jax.random.split(key, 3)
-        self.forward_cell = eqx.nn.GRUCell(NUM_FEATURES, hidden_size, key=forward_key,
-                                           dtype=jnp.float32)
-        self.backward_cell = eqx.nn.GRUCell(NUM_FEATURES, hidden_size, key=backward_key,
-                                            dtype=jnp.float32)
-        self.head = eqx.nn.Linear(2 * hidden_size, NUM_CLASSES, key=head_key,
-                                  dtype=jnp.float32)
+        self.forward_cell = eqx.nn.GRUCell(
+            NUM_FEATURES, hidden_size, key=forward_key, dtype=jnp.float32
+        )
+        self.backward_cell = eqx.nn.GRUCell(
+            NUM_FEATURES, hidden_size, key=backward_key, dtype=jnp.float32
+        )
+        self.head = eqx.nn.Linear(2 * hidden_size, NUM_CLASSES, key=head_key, dtype=jnp.float32)
 
     def __call__(self, frames: jax.Array, length: jax.Array) -> jax.Array:
         hidden = jnp.zeros(self.forward_cell.hidden_size, jnp.float32)
@@ -114,8 +120,7 @@ class BiGRU(eqx.Module):
             return state, state
 
         _, forward_states = jax.lax.scan(forward_step, hidden, frames)
-        _, backward_states = jax.lax.scan(backward_step, hidden, (frames, is_real),
-                                          reverse=True)
+        _, backward_states = jax.lax.scan(backward_step, hidden, (frames, is_real), reverse=True)
         states = jnp.concatenate([forward_states, backward_states], axis=-1)  # [T, 2H]
         return jax.nn.log_softmax(jax.vmap(self.head)(states), axis=-1)
 
@@ -127,8 +132,9 @@ def predict(model: BiGRU, frames: jax.Array, input_lengths: jax.Array) -> jax.Ar
 
 def batch_loss(model: BiGRU, batch: dict) -> jax.Array:
     log_probs = predict(model, batch["frames"], batch["input_lengths"])
-    losses = sj.ctc_loss(log_probs, batch["input_lengths"], batch["labels"],
-                         batch["label_lengths"], blank=BLANK)
+    losses = sj.ctc_loss(
+        log_probs, batch["input_lengths"], batch["labels"], batch["label_lengths"], blank=BLANK
+    )
     # Per label, so that long and short targets weigh alike.
     return jnp.mean(losses / batch["label_lengths"].astype(losses.dtype))
 
@@ -144,10 +150,12 @@ def evaluate(model: BiGRU, seed: int, num_shown: int = 4) -> float:
     """Prints a few greedy decodes; returns exact-match accuracy on 200 fresh sequences."""
     test = synthetic_batch(np.random.default_rng(seed + 1), 200)
     log_probs = np.asarray(predict(model, test["frames"], test["input_lengths"]))
-    decodes = [greedy_decode(scores, length)
-               for scores, length in zip(log_probs, test["input_lengths"])]
-    targets = [labels[:length].tolist()
-               for labels, length in zip(test["labels"], test["label_lengths"])]
+    decodes = [
+        greedy_decode(scores, length) for scores, length in zip(log_probs, test["input_lengths"])
+    ]
+    targets = [
+        labels[:length].tolist() for labels, length in zip(test["labels"], test["label_lengths"])
+    ]
     accuracy = float(np.mean([decode == target for decode, target in zip(decodes, targets)]))
     for target, decode in zip(targets[:num_shown], decodes[:num_shown]):
         print(f"  target {target!s:20s} greedy decode {decode}")
@@ -160,8 +168,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--shard", action="store_true",
-                        help="split the batch over all devices")
+    parser.add_argument("--shard", action="store_true", help="split the batch over all devices")
     args = parser.parse_args(argv)
     start = time.perf_counter()
 
@@ -174,8 +181,9 @@ def main(argv=None) -> dict:
     if args.shard:
         mesh = Mesh(jax.devices(), ("batch",))
         if args.batch_size % mesh.size:
-            raise ValueError(f"--batch-size {args.batch_size} is not a multiple of the "
-                             f"{mesh.size} devices")
+            raise ValueError(
+                f"--batch-size {args.batch_size} is not a multiple of the {mesh.size} devices"
+            )
         print(f"sharding the batch over {mesh.size} devices")
         batch_sharding = NamedSharding(mesh, PartitionSpec("batch"))
         # Parameters are replicated; jit then splits the step by batch and
@@ -207,8 +215,7 @@ def main(argv=None) -> dict:
     first_loss, last_loss = float(np.mean(losses[:5])), float(np.mean(losses[-5:]))
     seconds = time.perf_counter() - start
     print(f"loss {first_loss:.3f} -> {last_loss:.3f} in {args.steps} steps, {seconds:.1f} s")
-    return dict(first_loss=first_loss, last_loss=last_loss, accuracy=accuracy,
-                seconds=seconds)
+    return dict(first_loss=first_loss, last_loss=last_loss, accuracy=accuracy, seconds=seconds)
 
 
 if __name__ == "__main__":

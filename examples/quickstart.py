@@ -38,8 +38,12 @@ def main():
 
     path = sj.best_path(fsa)
     length = int(path.arc_mask.sum())
-    print("best path labels      :", path.label[:length].tolist(),
-          "score", round(float(sj.tot_score(path, sj.TROPICAL)), 4))
+    print(
+        "best path labels      :",
+        path.label[:length].tolist(),
+        "score",
+        round(float(sj.tot_score(path, sj.TROPICAL)), 4),
+    )
 
     # Weights are ordinary JAX inputs: differentiate any function of scores.
     def loss(weight):

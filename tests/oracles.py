@@ -286,8 +286,11 @@ def _dense_paths(arcs, emissions, length):
 
 def brute_dense_tot_score(arcs, final, emissions, length, semiring):
     """⊕ over paths of exactly ``length`` frames ending in a final state."""
-    totals = [score + final[end] for end, score, _ in _dense_paths(arcs, emissions, length)
-              if end in final]
+    totals = [
+        score + final[end]
+        for end, score, _ in _dense_paths(arcs, emissions, length)
+        if end in final
+    ]
     return _plus(totals, semiring)
 
 
@@ -314,6 +317,7 @@ def brute_ctc(log_probs, length, labels, blank=0):
     """``(log p(labels), best alignment score)`` by enumerating every frame
     token sequence of ``length`` frames (V ** length of them)."""
     import itertools
+
     vocab_size = log_probs.shape[1]
     total, best = [], -math.inf
     for frames in itertools.product(range(vocab_size), repeat=length):
@@ -328,12 +332,20 @@ def optax_ctc(logits, input_lengths, labels, label_lengths, blank=0):
     """optax.ctc_loss [B] and its gradient w.r.t. the logits [B, T, V]."""
     import jax
     import optax
+
     _batch, num_frames, _ = logits.shape
-    logit_paddings = (np.arange(num_frames)[None] >= np.asarray(input_lengths)[:, None])
-    label_paddings = (np.arange(labels.shape[1])[None] >= np.asarray(label_lengths)[:, None])
+    logit_paddings = np.arange(num_frames)[None] >= np.asarray(input_lengths)[:, None]
+    label_paddings = np.arange(labels.shape[1])[None] >= np.asarray(label_lengths)[:, None]
+
     def loss(x):
-        return optax.ctc_loss(x, logit_paddings.astype(x.dtype), labels,
-                              label_paddings.astype(x.dtype), blank_id=blank)
+        return optax.ctc_loss(
+            x,
+            logit_paddings.astype(x.dtype),
+            labels,
+            label_paddings.astype(x.dtype),
+            blank_id=blank,
+        )
+
     # optax mixes its inputs' dtype with default-dtype one-hots (float64
     # under x64), which the tests' strict promotion would refuse.
     with jax.numpy_dtype_promotion("standard"):
@@ -345,12 +357,16 @@ def torch_ctc(logits, input_lengths, labels, label_lengths, blank=0):
     """torch's CTC loss [B] (reduction='none') on log_softmax(logits), and its
     gradient w.r.t. the logits [B, T, V]."""
     import torch
+
     x = torch.tensor(np.asarray(logits), requires_grad=True)
     log_probs = torch.log_softmax(x, dim=-1).transpose(0, 1)  # torch wants [T, B, V]
     loss = torch.nn.functional.ctc_loss(
-        log_probs, torch.tensor(np.asarray(labels), dtype=torch.long),
+        log_probs,
+        torch.tensor(np.asarray(labels), dtype=torch.long),
         torch.tensor(np.asarray(input_lengths), dtype=torch.long),
-        torch.tensor(np.asarray(label_lengths), dtype=torch.long), blank=blank,
-        reduction="none")
+        torch.tensor(np.asarray(label_lengths), dtype=torch.long),
+        blank=blank,
+        reduction="none",
+    )
     loss.sum().backward()
     return loss.detach().numpy(), x.grad.numpy()

@@ -55,8 +55,9 @@ def padded(fsa):
     from semiring_jax._src.batch import pad_entry
     from semiring_jax._src.host.schedule import ScheduleShape
 
-    shape = ScheduleShape(levels=6, width=6, in_rows=10, max_in=4, in_parts=4,
-                          out_rows=10, max_out=4, out_parts=3)
+    shape = ScheduleShape(
+        levels=6, width=6, in_rows=10, max_in=4, in_parts=4, out_rows=10, max_out=4, out_parts=3
+    )
     return pad_entry(fsa, 6, 12, shape)
 
 

@@ -29,18 +29,18 @@ NEGATIVE = st.floats(-3.0, -0.5, width=32)
 
 def build(data, transducer=True, dtype=np.float64):
     num_states, arcs, final = data
-    return sj.Fsa.from_arcs(as_rows(arcs, transducer), final, num_states=num_states,
-                            dtype=dtype)
+    return sj.Fsa.from_arcs(as_rows(arcs, transducer), final, num_states=num_states, dtype=dtype)
 
 
 def as_data(fsa):
     """An unbatched Fsa as the oracles' (num_states, arcs, final)."""
     real = np.asarray(fsa.arc_mask)
-    columns = [np.asarray(getattr(fsa, name))[real] for name in
-               ("src", "dst", "ilabel", "olabel", "weight")]
+    columns = [
+        np.asarray(getattr(fsa, name))[real]
+        for name in ("src", "dst", "ilabel", "olabel", "weight")
+    ]
     arcs = [(int(s), int(d), int(i), int(o), float(w)) for s, d, i, o, w in zip(*columns)]
-    final = {int(s): float(w) for s, w in enumerate(np.asarray(fsa.final_weight))
-             if w > -np.inf}
+    final = {int(s): float(w) for s, w in enumerate(np.asarray(fsa.final_weight)) if w > -np.inf}
     return fsa.num_states, arcs, final
 
 
@@ -83,8 +83,9 @@ def test_unary_ops_match_openfst_and_brute_force(data, name):
         brute = oracles.brute_tot_score(*as_data(result), arc_type)
         np.testing.assert_allclose(got, brute, rtol=1e-9, atol=1e-9)
         # These ops keep the weighted language, so the total too.
-        np.testing.assert_allclose(got, float(sj.tot_score(build(data), semiring)),
-                                   rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(
+            got, float(sj.tot_score(build(data), semiring)), rtol=1e-9, atol=1e-9
+        )
 
 
 @SETTINGS
@@ -101,13 +102,17 @@ def test_top_sort_orders_arcs_upwards(data):
     np.testing.assert_allclose(sj.tot_score(result), sj.tot_score(fsa), rtol=1e-9)
     fst = pynini_of(data, "log").copy()
     fst.topsort()
-    np.testing.assert_allclose(ours_total(result, "log"), openfst_total(fst, "log"),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        ours_total(result, "log"), openfst_total(fst, "log"), rtol=1e-5, atol=1e-5
+    )
 
 
 @SETTINGS
-@given(a=acyclic_fsas(weights=FINITE), b=acyclic_fsas(weights=FINITE),
-       op=st.sampled_from(["union", "concat"]))
+@given(
+    a=acyclic_fsas(weights=FINITE),
+    b=acyclic_fsas(weights=FINITE),
+    op=st.sampled_from(["union", "concat"]),
+)
 def test_binary_ops_match_openfst(a, b, op):
     # Acceptors: an empty arc list builds an acceptor, and kinds must match.
     a, b = build(a, transducer=False), build(b, transducer=False)
@@ -116,8 +121,9 @@ def test_binary_ops_match_openfst(a, b, op):
     combine = {"union": jnp.logaddexp, "concat": jnp.add}[op]
     for arc_type, semiring in (("log", sj.LOG), ("tropical", sj.TROPICAL)):
         theirs = getattr(pynini, op)(pynini_of(a, arc_type), pynini_of(b, arc_type))
-        np.testing.assert_allclose(ours_total(result, arc_type),
-                                   openfst_total(theirs, arc_type), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            ours_total(result, arc_type), openfst_total(theirs, arc_type), rtol=1e-5, atol=1e-5
+        )
         if semiring is sj.LOG:
             want = combine(sj.tot_score(build(a)), sj.tot_score(build(b)))
             np.testing.assert_allclose(sj.tot_score(result), want, rtol=1e-9, atol=1e-9)
@@ -129,8 +135,9 @@ def test_closure_matches_openfst_and_is_refused_by_score_ops(data):
     result = sj.closure(build(data))
     for arc_type in ("log", "tropical"):
         theirs = pynini.closure(pynini_of(data, arc_type))
-        np.testing.assert_allclose(ours_total(result, arc_type),
-                                   openfst_total(theirs, arc_type), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(
+            ours_total(result, arc_type), openfst_total(theirs, arc_type), rtol=1e-4, atol=1e-4
+        )
     if result.cycle:
         with pytest.raises(ValueError, match="cycle"):
             sj.tot_score(result)
@@ -140,11 +147,21 @@ def test_closure_matches_openfst_and_is_refused_by_score_ops(data):
 def test_gradients_flow_through_every_op():
     a = build((3, [(0, 1, 1, 2, 0.3), (1, 2, 3, 3, -0.2), (0, 2, 2, 1, 0.1)], {2: 0.2, 1: -1.0}))
     b = build((2, [(0, 1, 4, 4, -0.4), (0, 1, 5, 5, 0.6)], {1: 0.0}))
-    ops = [sj.invert, sj.project, sj.arc_sort, sj.top_sort, sj.connect, sj.reverse,
-           lambda f: sj.union(f, b), lambda f: sj.concat(b, f)]
+    ops = [
+        sj.invert,
+        sj.project,
+        sj.arc_sort,
+        sj.top_sort,
+        sj.connect,
+        sj.reverse,
+        lambda f: sj.union(f, b),
+        lambda f: sj.concat(b, f),
+    ]
     for op in ops:
+
         def total(w, f, op=op):
             return sj.tot_score(op(a.replace(weight=w, final_weight=f)))
+
         check_grads(total, (a.weight, a.final_weight), order=1, modes=("rev",))
 
 
@@ -155,12 +172,15 @@ def test_ops_run_under_jit_with_traced_weights():
 
 
 def test_batched_operands_give_the_same_as_one_by_one():
-    fsas = [build((3, [(0, 1, 1, 1, 0.3), (1, 2, 2, 2, -0.2)], {2: 0.0})),
-            build((2, [(0, 1, 3, 3, 0.5)], {1: 0.1, 0: -2.0}))]
+    fsas = [
+        build((3, [(0, 1, 1, 1, 0.3), (1, 2, 2, 2, -0.2)], {2: 0.0})),
+        build((2, [(0, 1, 3, 3, 0.5)], {1: 0.1, 0: -2.0})),
+    ]
     batch = sj.stack(fsas)
     for op in (sj.reverse, sj.connect, sj.invert, lambda f: sj.union(f, f)):
-        np.testing.assert_allclose(sj.tot_score(op(batch)),
-                                   [float(sj.tot_score(op(fsa))) for fsa in fsas], rtol=1e-12)
+        np.testing.assert_allclose(
+            sj.tot_score(op(batch)), [float(sj.tot_score(op(fsa))) for fsa in fsas], rtol=1e-12
+        )
 
 
 def test_bad_input_is_named():
@@ -171,8 +191,7 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match="operand 1 has float64"):
         sj.concat(acceptor, sj.linear_fsa([1], dtype=np.float64))
     with pytest.raises(ValueError, match="state 1 lies on a cycle"):
-        sj.top_sort(sj.Fsa.from_arcs([(0, 1, 1, 0.0), (1, 2, 1, 0.0), (2, 1, 1, 0.0)],
-                                     final=[2]))
+        sj.top_sort(sj.Fsa.from_arcs([(0, 1, 1, 0.0), (1, 2, 1, 0.0), (2, 1, 1, 0.0)], final=[2]))
     with pytest.raises(ValueError, match="side must be"):
         sj.project(acceptor, "left")
     with pytest.raises(ValueError, match="by must be"):
@@ -200,16 +219,22 @@ def _brute_compose_total(a, b, semiring):
 
 
 @SETTINGS
-@given(a=acyclic_fsas(transducer=True, weights=FINITE),
-       b=acyclic_fsas(transducer=True, weights=FINITE))
+@given(
+    a=acyclic_fsas(transducer=True, weights=FINITE), b=acyclic_fsas(transducer=True, weights=FINITE)
+)
 def test_compose_matches_openfst_and_brute_force(a, b):
     result = sj.compose(build(a), build(b))
     for arc_type, semiring in (("log", sj.LOG), ("tropical", sj.TROPICAL)):
         theirs = pynini.compose(pynini_of(a, arc_type), pynini_of(b, arc_type))
-        np.testing.assert_allclose(ours_total(result, arc_type), openfst_total(theirs, arc_type),
-                                   rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(float(sj.tot_score(result, semiring)),
-                                   _brute_compose_total(a, b, arc_type), rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(
+            ours_total(result, arc_type), openfst_total(theirs, arc_type), rtol=1e-5, atol=1e-5
+        )
+        np.testing.assert_allclose(
+            float(sj.tot_score(result, semiring)),
+            _brute_compose_total(a, b, arc_type),
+            rtol=1e-9,
+            atol=1e-9,
+        )
 
 
 @SETTINGS
@@ -221,27 +246,36 @@ def test_intersect_matches_openfst(a, b):
     a, b = as_data(fa), as_data(fb)
     for arc_type in ("log", "tropical"):
         theirs = pynini.intersect(pynini_of(a, arc_type), pynini_of(b, arc_type))
-        np.testing.assert_allclose(ours_total(result, arc_type), openfst_total(theirs, arc_type),
-                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            ours_total(result, arc_type), openfst_total(theirs, arc_type), rtol=1e-5, atol=1e-5
+        )
 
 
 def test_ctc_topology_composed_with_labels_is_the_ctc_graph():
     labels = [1, 1, 2]
-    linear = sj.Fsa.from_arcs([(i, i + 1, label, 0.0) for i, label in enumerate(labels)],
-                              final=[len(labels)])
+    linear = sj.Fsa.from_arcs(
+        [(i, i + 1, label, 0.0) for i, label in enumerate(labels)], final=[len(labels)]
+    )
     graph = sj.compose(sj.ctc_topo(3), linear)
-    log_probs = jax.nn.log_softmax(jnp.asarray(np.random.default_rng(0).normal(size=(1, 9, 3)),
-                                               jnp.float32))
+    log_probs = jax.nn.log_softmax(
+        jnp.asarray(np.random.default_rng(0).normal(size=(1, 9, 3)), jnp.float32)
+    )
     np.testing.assert_allclose(
         sj.dense_tot_score(graph, log_probs),
-        -sj.ctc_loss(log_probs, np.array([9]), np.array([labels]), np.array([3])), rtol=1e-5)
+        -sj.ctc_loss(log_probs, np.array([9]), np.array([labels]), np.array([3])),
+        rtol=1e-5,
+    )
 
 
 def test_compose_gradients_and_kinds():
     a = build((2, [(0, 1, 1, 2, 0.3), (0, 1, 1, 0, -0.2)], {1: 0.1}))
     b = build((3, [(0, 1, 2, 5, 0.4), (1, 2, 0, 6, 0.2), (0, 2, 2, 7, -0.5)], {2: 0.0}))
-    check_grads(lambda w, v: sj.tot_score(sj.compose(a.replace(weight=w), b.replace(weight=v))),
-                (a.weight, b.weight), order=1, modes=("rev",))
+    check_grads(
+        lambda w, v: sj.tot_score(sj.compose(a.replace(weight=w), b.replace(weight=v))),
+        (a.weight, b.weight),
+        order=1,
+        modes=("rev",),
+    )
     with pytest.raises(ValueError, match="operand 0 is a transducer"):
         sj.intersect(a, sj.linear_fsa([1], dtype=np.float64))
 
@@ -252,13 +286,21 @@ def test_prune_matches_openfst(data, beam):
     fsa = build(data, transducer=False)
     result = sj.prune(fsa, beam)
     data = as_data(fsa)
-    theirs = pynini.prune(pynini_of(data, "tropical"), weight=beam, delta=1e-9) \
-        if beam < math.inf else pynini_of(data, "tropical").connect()
+    theirs = (
+        pynini.prune(pynini_of(data, "tropical"), weight=beam, delta=1e-9)
+        if beam < math.inf
+        else pynini_of(data, "tropical").connect()
+    )
     # The best path survives, and with it the same LOG mass as OpenFst keeps.
-    np.testing.assert_allclose(float(sj.tot_score(result, sj.TROPICAL)),
-                               float(sj.tot_score(fsa, sj.TROPICAL)), rtol=1e-9, atol=1e-9)
-    np.testing.assert_allclose(ours_total(result, "log"),
-                               openfst_total(_as_log(theirs), "log"), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        float(sj.tot_score(result, sj.TROPICAL)),
+        float(sj.tot_score(fsa, sj.TROPICAL)),
+        rtol=1e-9,
+        atol=1e-9,
+    )
+    np.testing.assert_allclose(
+        ours_total(result, "log"), openfst_total(_as_log(theirs), "log"), rtol=1e-4, atol=1e-4
+    )
 
 
 def _as_log(fst):
@@ -281,23 +323,44 @@ def test_remove_epsilon_matches_openfst(data):
         result = sj.remove_epsilon(fsa, semiring)
         labels = np.stack([np.asarray(result.ilabel), np.asarray(result.olabel)])
         assert not np.any((labels[0] == 0) & (labels[1] == 0)), "an epsilon arc is left"
-        np.testing.assert_allclose(float(sj.tot_score(result, semiring)),
-                                   float(sj.tot_score(fsa, semiring)), rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(
+            float(sj.tot_score(result, semiring)),
+            float(sj.tot_score(fsa, semiring)),
+            rtol=1e-9,
+            atol=1e-9,
+        )
         theirs = pynini.rmepsilon(pynini_of(data, arc_type))
-        np.testing.assert_allclose(ours_total(result, arc_type), openfst_total(theirs, arc_type),
-                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            ours_total(result, arc_type), openfst_total(theirs, arc_type), rtol=1e-5, atol=1e-5
+        )
 
 
 def test_remove_epsilon_gradients_batches_and_cycles():
-    a = build((4, [(0, 1, 0, 0, 0.3), (0, 2, 0, 0, -0.1), (1, 2, 0, 0, 0.2), (2, 3, 5, 5, 0.4),
-                   (1, 3, 6, 6, -0.3)], {3: 0.1, 2: -0.5}))
-    check_grads(lambda w, f: sj.tot_score(sj.remove_epsilon(a.replace(weight=w, final_weight=f))),
-                (a.weight, a.final_weight), order=1, modes=("rev",))
+    a = build(
+        (
+            4,
+            [
+                (0, 1, 0, 0, 0.3),
+                (0, 2, 0, 0, -0.1),
+                (1, 2, 0, 0, 0.2),
+                (2, 3, 5, 5, 0.4),
+                (1, 3, 6, 6, -0.3),
+            ],
+            {3: 0.1, 2: -0.5},
+        )
+    )
+    check_grads(
+        lambda w, f: sj.tot_score(sj.remove_epsilon(a.replace(weight=w, final_weight=f))),
+        (a.weight, a.final_weight),
+        order=1,
+        modes=("rev",),
+    )
     b = build((2, [(0, 1, 0, 0, 0.5), (1, 1, 3, 3, -1.0)], {1: 0.0}))  # cyclic, epsilon-free loop
     assert sj.remove_epsilon(b).cycle
     batch = sj.stack([a, sj.connect(a)])
-    np.testing.assert_allclose(sj.tot_score(sj.remove_epsilon(batch)),
-                               [float(sj.tot_score(a))] * 2, rtol=1e-12)
+    np.testing.assert_allclose(
+        sj.tot_score(sj.remove_epsilon(batch)), [float(sj.tot_score(a))] * 2, rtol=1e-12
+    )
     with pytest.raises(ValueError, match="cycle of epsilon arcs"):
         sj.remove_epsilon(build((2, [(0, 1, 0, 0, 0.0), (1, 0, 0, 0, 0.0)], {1: 0.0})))
 
@@ -311,25 +374,47 @@ def test_determinize_matches_openfst(data):
         result = sj.determinize(fsa, semiring)
         src, label = np.asarray(result.src), np.asarray(result.label)
         assert len(set(zip(src.tolist(), label.tolist()))) == src.size, "not deterministic"
-        np.testing.assert_allclose(float(sj.tot_score(result, semiring)),
-                                   float(sj.tot_score(fsa, semiring)), rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(
+            float(sj.tot_score(result, semiring)),
+            float(sj.tot_score(fsa, semiring)),
+            rtol=1e-9,
+            atol=1e-9,
+        )
         theirs = pynini.determinize(pynini_of(data, arc_type), delta=1e-9)
-        np.testing.assert_allclose(ours_total(result, arc_type), openfst_total(theirs, arc_type),
-                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            ours_total(result, arc_type), openfst_total(theirs, arc_type), rtol=1e-5, atol=1e-5
+        )
         assert result.num_states >= min(theirs.num_states(), 1)
 
 
 def test_determinize_keeps_each_strings_weight():
     # Two paths for "5 6" (LOG: their log-sum), one for "5 7".
-    fsa = build((5, [(0, 1, 5, 5, 0.5), (0, 2, 5, 5, 1.0), (1, 3, 6, 6, 0.0), (2, 3, 6, 6, 0.2),
-                     (2, 4, 7, 7, -0.3)], {3: 0.0, 4: 0.1}), transducer=False)
+    fsa = build(
+        (
+            5,
+            [
+                (0, 1, 5, 5, 0.5),
+                (0, 2, 5, 5, 1.0),
+                (1, 3, 6, 6, 0.0),
+                (2, 3, 6, 6, 0.2),
+                (2, 4, 7, 7, -0.3),
+            ],
+            {3: 0.0, 4: 0.1},
+        ),
+        transducer=False,
+    )
     result = sj.determinize(fsa)
     for labels, want in [((5, 6), np.logaddexp(0.5, 1.2)), ((5, 7), 0.8)]:
         linear = sj.linear_fsa(list(labels), dtype=np.float64)
-        np.testing.assert_allclose(float(sj.tot_score(sj.intersect(result, linear))), want,
-                                   rtol=1e-12)
-    check_grads(lambda w: sj.tot_score(sj.determinize(fsa.replace(weight=w))), (fsa.weight,),
-                order=1, modes=("rev",))
+        np.testing.assert_allclose(
+            float(sj.tot_score(sj.intersect(result, linear))), want, rtol=1e-12
+        )
+    check_grads(
+        lambda w: sj.tot_score(sj.determinize(fsa.replace(weight=w))),
+        (fsa.weight,),
+        order=1,
+        modes=("rev",),
+    )
     with pytest.raises(ValueError, match="max_states = 3"):
         sj.determinize(fsa, max_states=3)
     with pytest.raises(ValueError, match="takes an acceptor"):

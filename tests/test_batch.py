@@ -15,8 +15,7 @@ SEMIRINGS = [sj.LOG, sj.TROPICAL]
 
 def build(data, dtype="float64", transducer=False):
     num_states, arcs, final = data
-    return sj.Fsa.from_arcs(as_rows(arcs, transducer), final, num_states=num_states,
-                            dtype=dtype)
+    return sj.Fsa.from_arcs(as_rows(arcs, transducer), final, num_states=num_states, dtype=dtype)
 
 
 def assert_fsas_equal(a, b):
@@ -39,10 +38,12 @@ def test_batched_equals_one_by_one(datas, bucket):
             s, a = fsa.num_states, fsa.num_arcs
             np.testing.assert_allclose(totals[b], sj.tot_score(fsa, semiring), rtol=1e-12)
             np.testing.assert_allclose(forward[b, :s], sj.forward_scores(fsa, semiring), rtol=1e-12)
-            np.testing.assert_allclose(backward[b, :s], sj.backward_scores(fsa, semiring),
-                                       rtol=1e-12)
-            np.testing.assert_allclose(posteriors[b, :a], sj.arc_posteriors(fsa, semiring),
-                                       rtol=1e-12, atol=1e-15)
+            np.testing.assert_allclose(
+                backward[b, :s], sj.backward_scores(fsa, semiring), rtol=1e-12
+            )
+            np.testing.assert_allclose(
+                posteriors[b, :a], sj.arc_posteriors(fsa, semiring), rtol=1e-12, atol=1e-15
+            )
             np.testing.assert_allclose(grad.weight[b, :a], posteriors[b, :a], rtol=1e-12)
             assert not np.any(grad.weight[b, a:]) and not np.any(posteriors[b, a:])
             assert not np.any(grad.final_weight[b, s:])
@@ -51,8 +52,10 @@ def test_batched_equals_one_by_one(datas, bucket):
 
 
 def test_vmap_and_jit_of_every_op():
-    fsas = [sj.Fsa.from_arcs([(0, 1, 1, 0.5), (1, 2, 2, 0.25), (0, 2, 3, 1.0)], final=[2]),
-            sj.Fsa.from_arcs([(0, 1, 1, -0.5)], final={1: 0.5, 0: 0.0})]
+    fsas = [
+        sj.Fsa.from_arcs([(0, 1, 1, 0.5), (1, 2, 2, 0.25), (0, 2, 3, 1.0)], final=[2]),
+        sj.Fsa.from_arcs([(0, 1, 1, -0.5)], final={1: 0.5, 0: 0.0}),
+    ]
     batch = sj.stack(fsas)
     for op in [sj.tot_score, sj.forward_scores, sj.backward_scores, sj.arc_posteriors]:
         for semiring in SEMIRINGS:
@@ -70,8 +73,9 @@ def test_traced_weights_can_be_stacked_inside_jit():
     def total(w1, w2):
         return sj.tot_score(sj.stack([fsas[0].replace(weight=w1), fsas[1].replace(weight=w2)]))
 
-    np.testing.assert_allclose(total(jnp.ones(2, jnp.float32), jnp.ones(1, jnp.float32)),
-                               [2.0, 1.0])
+    np.testing.assert_allclose(
+        total(jnp.ones(2, jnp.float32), jnp.ones(1, jnp.float32)), [2.0, 1.0]
+    )
 
 
 def test_bucket_sizes_follow_the_ladder():
@@ -85,8 +89,9 @@ def test_stack_errors_name_the_entry():
     transducer = sj.Fsa.from_arcs([(0, 1, 1, 2, 0.0)], final=[1])
     with pytest.raises(ValueError, match=r"fsas\[1\] is a transducer but fsas\[0\] is an acceptor"):
         sj.stack([acceptor, transducer])
-    with pytest.raises(ValueError,
-                       match=r"fsas\[1\] has float64 weights but fsas\[0\] has float32"):
+    with pytest.raises(
+        ValueError, match=r"fsas\[1\] has float64 weights but fsas\[0\] has float32"
+    ):
         sj.stack([acceptor, sj.linear_fsa([1], dtype="float64")])
     with pytest.raises(ValueError, match="needs at least one Fsa"):
         sj.stack([])

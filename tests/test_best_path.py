@@ -14,8 +14,7 @@ from tests.strategies import acyclic_fsas, as_rows, padded
 
 def build(data, transducer=False):
     num_states, arcs, final = data
-    fsa = sj.Fsa.from_arcs(as_rows(arcs, transducer), final, num_states=num_states,
-                           dtype="float64")
+    fsa = sj.Fsa.from_arcs(as_rows(arcs, transducer), final, num_states=num_states, dtype="float64")
     return padded(fsa)
 
 
@@ -33,8 +32,7 @@ def test_best_path_matches_brute_force(data):
     np.testing.assert_array_equal(path.olabel[:length], [arcs[a][3] for a in expected_arcs])
     np.testing.assert_array_equal(path.weight[:length], [arcs[a][4] for a in expected_arcs])
     np.testing.assert_allclose(sj.tot_score(path, sj.TROPICAL), expected_score)
-    np.testing.assert_allclose(sj.tot_score(path, sj.TROPICAL),
-                               sj.tot_score(fsa, sj.TROPICAL))
+    np.testing.assert_allclose(sj.tot_score(path, sj.TROPICAL), sj.tot_score(fsa, sj.TROPICAL))
     if expected_score == -math.inf:
         assert not np.isfinite(np.asarray(path.final_weight)).any()
     assert path.is_acceptor == fsa.is_acceptor
@@ -52,7 +50,8 @@ def test_best_path_is_batched_and_differentiable():
         length = int(single.arc_mask.sum())
         np.testing.assert_array_equal(paths.label[b, :length], single.label[:length])
     grad = jax.grad(lambda w: sj.tot_score(sj.best_path(first.replace(weight=w)), sj.TROPICAL))(
-        jnp.asarray(first.weight))
+        jnp.asarray(first.weight)
+    )
     np.testing.assert_allclose(grad, [0.0, 1.0, 1.0])
 
 

@@ -39,8 +39,7 @@ def _run(argv, stdin=""):
 
 def _openfst_text(num_states, arcs, final, transducer):
     rows = as_rows(arcs, transducer) if arcs else np.zeros((0, 5 if transducer else 4))
-    return sj.Fsa.from_arcs(rows, final, num_states=num_states,
-                            dtype=np.float64).to_openfst()
+    return sj.Fsa.from_arcs(rows, final, num_states=num_states, dtype=np.float64).to_openfst()
 
 
 def _info_table(text):
@@ -74,8 +73,7 @@ _FSTINFO = {
 
 def _compile(text, acceptor, arc_type="standard"):
     """What fstcompile makes of the same text."""
-    compiler = pywrapfst.Compiler(arc_type=arc_type, acceptor=acceptor,
-                                  keep_state_numbering=True)
+    compiler = pywrapfst.Compiler(arc_type=arc_type, acceptor=acceptor, keep_state_numbering=True)
     compiler.write(text)
     return compiler.compile()
 
@@ -127,14 +125,15 @@ def test_per_state_scores_match_openfst(draw):
     num_states, arcs, final = draw
     text = _openfst_text(num_states, arcs, final, False)
     for direction, reverse in [("forward", False), ("backward", True)]:
-        status, out, err = _run(["score", "--per-state", direction, "--float64",
-                                 "--semiring", "tropical"], text)
+        status, out, err = _run(
+            ["score", "--per-state", direction, "--float64", "--semiring", "tropical"], text
+        )
         assert status == 0, err
         rows = [line.split("\t") for line in out.splitlines()]
         assert [int(state) for state, _ in rows] == list(range(len(rows)))
         scores = [float(value) for _, value in rows]  # "-Infinity" reads as -inf
         expected = openfst_shortest_distance(num_states, arcs, final, "tropical", reverse)
-        np.testing.assert_allclose(scores, expected[:len(rows)], atol=1e-5)
+        np.testing.assert_allclose(scores, expected[: len(rows)], atol=1e-5)
 
 
 def test_score_prints_float32_by_default_and_float64_on_request():
@@ -154,8 +153,10 @@ def test_cyclic_score_is_a_one_line_error_naming_a_state(tmp_path):
     path.write_text("0 1 5 0.0\n1 0 6 0.0\n1\n")
     status, out, err = _run(["score", str(path)])
     assert (status, out) == (2, "")
-    assert err == ("semiring-jax: error: tot_score: state 0 lies on a cycle (0 -> 1 -> 0); "
-                   "score recursions need an acyclic FSA\n")
+    assert err == (
+        "semiring-jax: error: tot_score: state 0 lies on a cycle (0 -> 1 -> 0); "
+        "score recursions need an acyclic FSA\n"
+    )
 
 
 def test_bad_files_name_the_file_and_line():
@@ -196,8 +197,7 @@ def test_k2_input_output_and_auto_detection(tmp_path):
 def test_compose_takes_at_most_one_operand_from_stdin():
     status, out, err = _run(["compose", "-", "-"], DIAMOND)
     assert (status, out) == (2, "")
-    assert err == ("semiring-jax: error: compose: only one of the two inputs can be stdin "
-                   "('-')\n")
+    assert err == ("semiring-jax: error: compose: only one of the two inputs can be stdin ('-')\n")
 
 
 def test_compose_and_determinize_keep_the_openfst_score(tmp_path):
@@ -206,8 +206,10 @@ def test_compose_and_determinize_keep_the_openfst_score(tmp_path):
     second.write_text(DIAMOND)
     composed = tmp_path / "c.fst"
     assert _run(["compose", str(first), str(second), "-o", str(composed)])[0] == 0
-    openfst = pywrapfst.compose(_compile(first.read_text(), acceptor=False),
-                                _compile(DIAMOND, acceptor=True).arcsort("ilabel"))
+    openfst = pywrapfst.compose(
+        _compile(first.read_text(), acceptor=False),
+        _compile(DIAMOND, acceptor=True).arcsort("ilabel"),
+    )
     expected = float(pywrapfst.shortestdistance(openfst, reverse=True)[0])
     got = float(_run(["score", "--semiring", "tropical", "--costs", str(composed)])[1])
     assert got == pytest.approx(expected, abs=1e-6)
@@ -233,13 +235,22 @@ def test_draw_dot_and_svg(monkeypatch):
 def test_python_m_semiring_jax_bad_file_and_pipeline(tmp_path):
     bad = tmp_path / "bad.fst"
     bad.write_text("0 1 5 0.5\n0 1 five 0.5\n")
-    result = subprocess.run([sys.executable, "-m", "semiring_jax", "info", str(bad)],
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "semiring_jax", "info", str(bad)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 2 and result.stdout == ""
     assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1
     assert f"{bad}: from_openfst: line 2:" in result.stderr
-    result = subprocess.run([sys.executable, "-m", "semiring_jax", "info", "-"], input=DIAMOND,
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "semiring_jax", "info", "-"],
+        input=DIAMOND,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 0
     assert _info_table(result.stdout)["# of states"] == "4"
 
@@ -257,13 +268,26 @@ def test_symbol_tables_for_reading_writing_drawing_and_labels(tmp_path):
     # A maps letters to x/y; the result reads letters in and writes x/y out.
     mapping = tmp_path / "map.fst"
     mapping.write_text("0 0 a x 0.5\n0 0 b y 0.0\n0 0 c x 0.0\n0 0.0\n")
-    status, out, err = _run(["compose", "--isymbols", str(letters), "--msymbols", str(letters),
-                             "--osymbols", str(xy), str(words), str(mapping)])
+    status, out, err = _run(
+        [
+            "compose",
+            "--isymbols",
+            str(letters),
+            "--msymbols",
+            str(letters),
+            "--osymbols",
+            str(xy),
+            str(words),
+            str(mapping),
+        ]
+    )
     assert (status, err) == (0, "")
     assert out == "0\t1\ta\tx\t1.0\n0\t1\tb\ty\t0.25\n1\t2\tc\tx\t0.0\n2\t0.0\n"
     # Without --osymbols the result's output labels are the acceptor B's.
-    status, out, _ = _run(["compose", "--isymbols", str(xy), "--msymbols", str(letters),
-                           "-", str(words)], "0 1 x a 0.0\n1 2 y c 0.0\n2\n")
+    status, out, _ = _run(
+        ["compose", "--isymbols", str(xy), "--msymbols", str(letters), "-", str(words)],
+        "0 1 x a 0.0\n1 2 y c 0.0\n2\n",
+    )
     assert (status, out) == (0, "0\t1\tx\ta\t0.5\n1\t2\ty\tc\t0.0\n2\t0.0\n")
     status, _, err = _run(["info", "--isymbols", str(xy), str(words)])
     assert status == 2 and err.startswith(f"semiring-jax: error: {words}: from_openfst: line 1")

@@ -7,17 +7,22 @@ from semiring_jax._src.cli_parser import build_parser
 
 def test_help_lists_every_command_with_a_summary():
     text = build_parser().format_help()
-    for name, summary in [("info", "fstinfo"), ("score", "fstshortestdistance"),
-                          ("best-path", "fstshortestpath"), ("draw", "fstdraw"),
-                          ("compose", "fstcompose"), ("determinize", "fstdeterminize")]:
+    for name, summary in [
+        ("info", "fstinfo"),
+        ("score", "fstshortestdistance"),
+        ("best-path", "fstshortestpath"),
+        ("draw", "fstdraw"),
+        ("compose", "fstcompose"),
+        ("determinize", "fstdeterminize"),
+    ]:
         assert f"\n    {name}" in text and f"like {summary}" in text, name
 
 
 def test_options_may_follow_the_command_and_file():
-    args = build_parser().parse_args(["best-path", "a.fst", "--format", "k2", "--labels",
-                                      "-o", "out.txt", "--float64"])
-    assert (args.command, args.file, args.format, args.labels) == ("best-path", "a.fst", "k2",
-                                                                   True)
+    args = build_parser().parse_args(
+        ["best-path", "a.fst", "--format", "k2", "--labels", "-o", "out.txt", "--float64"]
+    )
+    assert (args.command, args.file, args.format, args.labels) == ("best-path", "a.fst", "k2", True)
     assert (args.output, args.float64, args.out_format) == ("out.txt", True, None)
 
 

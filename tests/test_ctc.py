@@ -13,16 +13,19 @@ import semiring_jax as sj
 from tests import oracles
 
 
-def random_batch(seed, batch, num_frames, vocab_size, max_labels, dtype=np.float32,
-                 feasible=True):
+def random_batch(seed, batch, num_frames, vocab_size, max_labels, dtype=np.float32, feasible=True):
     rng = np.random.default_rng(seed)
     logits = rng.normal(size=(batch, num_frames, vocab_size)).astype(dtype)
     labels = rng.integers(1, vocab_size, size=(batch, max_labels))
     label_lengths = rng.integers(0, max_labels + 1, size=batch)
     label_lengths[0] = max_labels
     # Feasible: room for each label plus a blank between repeats.
-    needed = np.array([n + sum(labels[b, i] == labels[b, i - 1] for i in range(1, n))
-                       for b, n in enumerate(label_lengths)])
+    needed = np.array(
+        [
+            n + sum(labels[b, i] == labels[b, i - 1] for i in range(1, n))
+            for b, n in enumerate(label_lengths)
+        ]
+    )
     low = needed if feasible else np.zeros_like(needed)
     input_lengths = rng.integers(low, num_frames + 1)
     input_lengths[0] = num_frames
@@ -31,8 +34,8 @@ def random_batch(seed, batch, num_frames, vocab_size, max_labels, dtype=np.float
 
 def ours(logits, input_lengths, labels, label_lengths, **options):
     def loss(x):
-        return sj.ctc_loss(jax.nn.log_softmax(x), input_lengths, labels, label_lengths,
-                           **options)
+        return sj.ctc_loss(jax.nn.log_softmax(x), input_lengths, labels, label_lengths, **options)
+
     values, pullback = jax.vjp(loss, jnp.asarray(logits))
     return np.asarray(values), np.asarray(pullback(jnp.ones_like(values))[0])
 
@@ -99,27 +102,32 @@ def test_ctc_graph_scores_equal_minus_ctc_loss():
     logits, input_lengths, labels, label_lengths = random_batch(4, 5, 12, 6, 4, np.float64)
     log_probs = jax.nn.log_softmax(logits)
     graph = sj.ctc_graph(labels, label_lengths, dtype=np.float64)
-    np.testing.assert_allclose(sj.dense_tot_score(graph, log_probs, input_lengths),
-                               -sj.ctc_loss(log_probs, input_lengths, labels, label_lengths),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        sj.dense_tot_score(graph, log_probs, input_lengths),
+        -sj.ctc_loss(log_probs, input_lengths, labels, label_lengths),
+        rtol=1e-12,
+    )
     frames, scores = sj.forced_align(log_probs, input_lengths, labels, label_lengths)
-    np.testing.assert_allclose(scores, sj.dense_tot_score(graph, log_probs, input_lengths,
-                                                          sj.TROPICAL), rtol=1e-12)
+    np.testing.assert_allclose(
+        scores, sj.dense_tot_score(graph, log_probs, input_lengths, sj.TROPICAL), rtol=1e-12
+    )
     graph_frames, _ = sj.viterbi_decode(graph, log_probs, input_lengths)
     chex.assert_trees_all_equal(frames, graph_frames)
 
 
 def test_forced_align_is_batched_and_marks_padding():
     logits, input_lengths, labels, label_lengths = random_batch(6, 5, 15, 6, 5)
-    frames, _scores = sj.forced_align(jax.nn.log_softmax(logits), input_lengths, labels,
-                                     label_lengths)
+    frames, _scores = sj.forced_align(
+        jax.nn.log_softmax(logits), input_lengths, labels, label_lengths
+    )
     chex.assert_shape(frames, (5, 15))
     assert frames.dtype == jnp.int32
     for b in range(5):
         n = input_lengths[b]
         assert np.all(np.asarray(frames[b, n:]) == -1)
-        assert oracles.ctc_collapse(np.asarray(frames[b, :n]).tolist()) == \
-            tuple(labels[b, :label_lengths[b]].tolist())
+        assert oracles.ctc_collapse(np.asarray(frames[b, :n]).tolist()) == tuple(
+            labels[b, : label_lengths[b]].tolist()
+        )
 
 
 def test_ctc_topo_collapses_every_frame_sequence():
@@ -136,24 +144,27 @@ def test_ctc_topo_collapses_every_frame_sequence():
         assert tuple(output) == oracles.ctc_collapse(frames)
     # Every frame sequence is accepted once: normalised emissions total 0.
     log_probs = jax.nn.log_softmax(jnp.asarray(np.random.default_rng(0).normal(size=(2, 6, 3))))
-    np.testing.assert_allclose(sj.dense_tot_score(sj.ctc_topo(3, dtype=np.float64), log_probs),
-                               0.0, atol=1e-12)
+    np.testing.assert_allclose(
+        sj.dense_tot_score(sj.ctc_topo(3, dtype=np.float64), log_probs), 0.0, atol=1e-12
+    )
 
 
 def test_modified_ctc_topo_has_linear_size():
     for vocab_size in (2, 5, 10):
         topo = sj.ctc_topo(vocab_size, modified=True)
         assert topo.num_arcs == 4 * vocab_size - 3 and topo.num_states == vocab_size
-        assert np.asarray(topo.final_weight)[0] == 0 and \
-            np.all(np.asarray(topo.final_weight)[1:] == -np.inf)
+        assert np.asarray(topo.final_weight)[0] == 0 and np.all(
+            np.asarray(topo.final_weight)[1:] == -np.inf
+        )
 
 
 def test_ctc_loss_under_jit_with_traced_labels():
     logits, input_lengths, labels, label_lengths = random_batch(7, 3, 10, 5, 3)
     log_probs = jax.nn.log_softmax(logits)
     jitted = jax.jit(sj.ctc_loss)(log_probs, input_lengths, labels, label_lengths)
-    np.testing.assert_allclose(jitted, sj.ctc_loss(log_probs, input_lengths, labels,
-                                                   label_lengths), rtol=1e-6)
+    np.testing.assert_allclose(
+        jitted, sj.ctc_loss(log_probs, input_lengths, labels, label_lengths), rtol=1e-6
+    )
 
 
 def test_bad_input_is_named():
@@ -184,16 +195,21 @@ def test_empty_inputs_and_empty_labels():
     empty = np.zeros((2, 0, 3), np.float32)
     loss = sj.ctc_loss(empty, np.array([0, 0]), np.ones((2, 2), int), np.array([0, 1]))
     np.testing.assert_array_equal(loss, [0.0, np.inf])
-    grad = jax.grad(lambda x: sj.ctc_loss(x, np.array([0, 0]), np.ones((2, 2), int),
-                                          np.array([0, 1])).sum())(jnp.asarray(empty))
+    grad = jax.grad(
+        lambda x: sj.ctc_loss(x, np.array([0, 0]), np.ones((2, 2), int), np.array([0, 1])).sum()
+    )(jnp.asarray(empty))
     chex.assert_shape(grad, (2, 0, 3))
-    frames, scores = sj.forced_align(empty, np.array([0, 0]), np.ones((2, 2), int),
-                                     np.array([0, 1]))
+    frames, scores = sj.forced_align(
+        empty, np.array([0, 0]), np.ones((2, 2), int), np.array([0, 1])
+    )
     chex.assert_shape(frames, (2, 0))
     np.testing.assert_array_equal(scores, [0.0, -np.inf])
     uniform = np.log(np.full((1, 3, 3), 1 / 3, np.float32))
-    np.testing.assert_allclose(sj.ctc_loss(uniform, np.array([3]), np.zeros((1, 0), int),
-                                           np.array([0])), [np.log(27)], rtol=1e-6)
+    np.testing.assert_allclose(
+        sj.ctc_loss(uniform, np.array([3]), np.zeros((1, 0), int), np.array([0])),
+        [np.log(27)],
+        rtol=1e-6,
+    )
 
 
 def test_ctc_graph_of_one_sequence_is_unbatched_and_outputs_the_labels():
@@ -201,9 +217,10 @@ def test_ctc_graph_of_one_sequence_is_unbatched_and_outputs_the_labels():
     assert graph.batch_shape == () and graph.num_states == 7
     # Output labels (API.md): the label where it starts, 0 on blanks and repeats.
     assert sorted(set(np.asarray(graph.olabel).tolist())) == [0, 2, 3]
-    starts = (np.asarray(graph.olabel) != 0)
-    np.testing.assert_array_equal(np.asarray(graph.ilabel)[starts],
-                                  np.asarray(graph.olabel)[starts])
+    starts = np.asarray(graph.olabel) != 0
+    np.testing.assert_array_equal(
+        np.asarray(graph.ilabel)[starts], np.asarray(graph.olabel)[starts]
+    )
     topo = sj.ctc_topo(4, blank=3)
     blank_arcs = np.asarray(topo.ilabel) == 3
     assert not np.asarray(topo.olabel)[blank_arcs].any()

@@ -19,8 +19,7 @@ from tests.strategies import as_rows, dense_graphs
 SETTINGS = settings(max_examples=40, deadline=None)
 TOL = {"float32": dict(rtol=3e-5, atol=3e-5), "float64": dict(rtol=1e-10, atol=1e-10)}
 SEMIRINGS = {"log": sj.LOG, "tropical": sj.TROPICAL}
-REAL = sj.Semiring(name="real", plus=jnp.add, times=jnp.multiply, sum=jnp.sum,
-                   zero=0.0, one=1.0)
+REAL = sj.Semiring(name="real", plus=jnp.add, times=jnp.multiply, sum=jnp.sum, zero=0.0, one=1.0)
 B, T, V = 2, 4, 3
 
 
@@ -36,46 +35,61 @@ def fixed_shape(fsa):
     return _widen_arc_tables(entry, 8, 8)
 
 
-EMISSIONS = st.lists(st.one_of(st.floats(-3, 3, width=32), st.just(-math.inf)),
-                     min_size=B * T * V, max_size=B * T * V)
+EMISSIONS = st.lists(
+    st.one_of(st.floats(-3, 3, width=32), st.just(-math.inf)),
+    min_size=B * T * V,
+    max_size=B * T * V,
+)
 
 
 @SETTINGS
-@given(data=dense_graphs(), values=EMISSIONS, lengths=st.lists(st.integers(0, T), min_size=B,
-                                                               max_size=B),
-       name=st.sampled_from(["log", "tropical"]), dtype=st.sampled_from(["float32", "float64"]),
-       jit=st.booleans())
+@given(
+    data=dense_graphs(),
+    values=EMISSIONS,
+    lengths=st.lists(st.integers(0, T), min_size=B, max_size=B),
+    name=st.sampled_from(["log", "tropical"]),
+    dtype=st.sampled_from(["float32", "float64"]),
+    jit=st.booleans(),
+)
 def test_dense_tot_score_matches_brute_force(data, values, lengths, name, dtype, jit):
     emissions = np.asarray(values, dtype).reshape(B, T, V)
     graph = fixed_shape(build(data, dtype))
     score = lambda g, e, n: sj.dense_tot_score(g, e, n, SEMIRINGS[name])
     got = (jax.jit(score) if jit else score)(graph, emissions, np.asarray(lengths))
     _, arcs, final = data
-    want = [oracles.brute_dense_tot_score(arcs, final, emissions[b].astype(np.float64),
-                                          lengths[b], name) for b in range(B)]
+    want = [
+        oracles.brute_dense_tot_score(
+            arcs, final, emissions[b].astype(np.float64), lengths[b], name
+        )
+        for b in range(B)
+    ]
     np.testing.assert_allclose(np.asarray(got), want, **TOL[dtype])
     assert got.dtype == dtype
 
 
 @SETTINGS
-@given(data=dense_graphs(), values=EMISSIONS, lengths=st.lists(st.integers(0, T), min_size=B,
-                                                               max_size=B),
-       name=st.sampled_from(["log", "tropical"]))
+@given(
+    data=dense_graphs(),
+    values=EMISSIONS,
+    lengths=st.lists(st.integers(0, T), min_size=B, max_size=B),
+    name=st.sampled_from(["log", "tropical"]),
+)
 def test_gradients_are_finite_and_zero_past_lengths(data, values, lengths, name):
     emissions = np.asarray(values, np.float64).reshape(B, T, V)
     graph = fixed_shape(build(data, np.float64))
     lengths = np.asarray(lengths)
-    total = lambda e, w, f: sj.dense_tot_score(graph.replace(weight=w, final_weight=f), e,
-                                               lengths, SEMIRINGS[name]).sum()
+    total = lambda e, w, f: sj.dense_tot_score(
+        graph.replace(weight=w, final_weight=f), e, lengths, SEMIRINGS[name]
+    ).sum()
     grads = jax.grad(total, argnums=(0, 1, 2))(emissions, graph.weight, graph.final_weight)
     chex.assert_tree_all_finite(grads)
     emission_grad = np.asarray(grads[0])
     scores = sj.dense_tot_score(graph, emissions, lengths, SEMIRINGS[name])
     for b in range(B):
-        assert not emission_grad[b, lengths[b]:].any()
+        assert not emission_grad[b, lengths[b] :].any()
         # One column per frame: posteriors (or the best path) sum to one.
         want = 1.0 if scores[b] > -np.inf else 0.0
-        np.testing.assert_allclose(emission_grad[b, :lengths[b]].sum(axis=1), want, atol=1e-9)
+        np.testing.assert_allclose(emission_grad[b, : lengths[b]].sum(axis=1), want, atol=1e-9)
 
 
 def _reference_total(graph_data, emissions, length):
@@ -97,50 +111,77 @@ def _reference_total(graph_data, emissions, length):
 
 def test_log_gradient_matches_autodiff_of_a_plain_recursion():
     rng = np.random.default_rng(0)
-    data = (3, [(0, 0, 0, 0, 0.1), (0, 1, 1, 1, -0.3), (1, 1, 2, 2, 0.2), (1, 2, 0, 0, 0.5),
-                (2, 0, 1, 1, -0.1), (2, 2, 2, 2, 0.4), (0, 1, 2, 2, 0.0)], {1: 0.0, 2: -0.5})
+    data = (
+        3,
+        [
+            (0, 0, 0, 0, 0.1),
+            (0, 1, 1, 1, -0.3),
+            (1, 1, 2, 2, 0.2),
+            (1, 2, 0, 0, 0.5),
+            (2, 0, 1, 1, -0.1),
+            (2, 2, 2, 2, 0.4),
+            (0, 1, 2, 2, 0.0),
+        ],
+        {1: 0.0, 2: -0.5},
+    )
     graph = build(data, np.float64)
     emissions = jnp.asarray(rng.normal(size=(1, 6, 3)))
     got = jax.grad(lambda e: sj.dense_tot_score(graph, e)[0])(emissions)
     want = jax.grad(lambda e: _reference_total(data, e[0], 6))(emissions)
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
     for semiring in (sj.LOG, sj.TROPICAL):
-        check_grads(lambda e, w, f: sj.dense_tot_score(
-            graph.replace(weight=w, final_weight=f), e, None, semiring),
-            (emissions, graph.weight, graph.final_weight), order=1, modes=("rev",))
+        check_grads(
+            lambda e, w, f: sj.dense_tot_score(
+                graph.replace(weight=w, final_weight=f), e, None, semiring
+            ),
+            (emissions, graph.weight, graph.final_weight),
+            order=1,
+            modes=("rev",),
+        )
 
 
 def test_batched_graph_equals_one_by_one(dtype):
     rng = np.random.default_rng(1)
-    graphs = [build((2, [(0, 0, 0, 0, 0.0), (0, 1, 1, 1, 0.5), (1, 1, 2, 2, 0.0)], {1: 0.0}),
-                    dtype),
-              build((3, [(0, 1, 2, 2, 0.1), (1, 2, 1, 1, 0.0), (2, 0, 0, 0, -1.0),
-                         (1, 1, 0, 0, 0.3)], {2: 0.0, 0: 0.2}), dtype)]
+    graphs = [
+        build((2, [(0, 0, 0, 0, 0.0), (0, 1, 1, 1, 0.5), (1, 1, 2, 2, 0.0)], {1: 0.0}), dtype),
+        build(
+            (
+                3,
+                [(0, 1, 2, 2, 0.1), (1, 2, 1, 1, 0.0), (2, 0, 0, 0, -1.0), (1, 1, 0, 0, 0.3)],
+                {2: 0.0, 0: 0.2},
+            ),
+            dtype,
+        ),
+    ]
     emissions = jnp.asarray(rng.normal(size=(2, 5, 3)), dtype)
     lengths = np.array([5, 3])
     batch = sj.stack(graphs)
     for semiring in (sj.LOG, sj.TROPICAL):
-        loss = lambda e, w: sj.dense_tot_score(batch.replace(weight=w), e, lengths,
-                                               semiring).sum()
-        _value, (grad_e, grad_w) = jax.value_and_grad(loss, argnums=(0, 1))(emissions,
-                                                                           batch.weight)
+        loss = lambda e, w: sj.dense_tot_score(batch.replace(weight=w), e, lengths, semiring).sum()
+        _value, (grad_e, grad_w) = jax.value_and_grad(loss, argnums=(0, 1))(emissions, batch.weight)
         for b, graph in enumerate(graphs):
-            one = lambda e, w: sj.dense_tot_score(graph.replace(weight=w), e[None],
-                                                  lengths[b:b + 1], semiring)[0]
+            one = lambda e, w: sj.dense_tot_score(
+                graph.replace(weight=w), e[None], lengths[b : b + 1], semiring
+            )[0]
             _v, (ge, gw) = jax.value_and_grad(one, argnums=(0, 1))(emissions[b], graph.weight)
             np.testing.assert_allclose(grad_e[b], ge, **TOL[dtype])
-            np.testing.assert_allclose(grad_w[b, :graph.num_arcs], gw, **TOL[dtype])
+            np.testing.assert_allclose(grad_w[b, : graph.num_arcs], gw, **TOL[dtype])
 
 
 def test_shared_graph_weight_gradient_sums_over_the_batch():
-    graph = build((2, [(0, 0, 0, 0, 0.0), (0, 1, 1, 1, 0.5), (1, 1, 2, 2, 0.0)], {1: 0.0}),
-                  np.float64)
+    graph = build(
+        (2, [(0, 0, 0, 0, 0.0), (0, 1, 1, 1, 0.5), (1, 1, 2, 2, 0.0)], {1: 0.0}), np.float64
+    )
     emissions = jnp.asarray(np.random.default_rng(2).normal(size=(3, 4, 3)))
     grad = jax.grad(lambda w: sj.dense_tot_score(graph.replace(weight=w), emissions).sum())(
-        graph.weight)
-    want = sum(jax.grad(lambda w: sj.dense_tot_score(graph.replace(weight=w),
-                                                     emissions[b:b + 1])[0])(graph.weight)
-               for b in range(3))
+        graph.weight
+    )
+    want = sum(
+        jax.grad(lambda w: sj.dense_tot_score(graph.replace(weight=w), emissions[b : b + 1])[0])(
+            graph.weight
+        )
+        for b in range(3)
+    )
     np.testing.assert_allclose(grad, want, rtol=1e-10)
 
 
@@ -150,9 +191,12 @@ def test_no_path_gives_minus_inf_and_zero_gradients():
     for semiring in (sj.LOG, sj.TROPICAL):
         scores = sj.dense_tot_score(graph, emissions, np.array([3, 0]), semiring)
         assert np.all(scores == -np.inf)  # 3 frames: too long; 0 frames: 0 not final
-        grads = jax.grad(lambda e, w: sj.dense_tot_score(graph.replace(weight=w), e,
-                                                         np.array([3, 0]), semiring).sum(),
-                         argnums=(0, 1))(emissions, graph.weight)
+        grads = jax.grad(
+            lambda e, w: sj.dense_tot_score(
+                graph.replace(weight=w), e, np.array([3, 0]), semiring
+            ).sum(),
+            argnums=(0, 1),
+        )(emissions, graph.weight)
         assert not any(np.asarray(g).any() for g in grads)
 
 
@@ -188,8 +232,9 @@ def _real_paths(data, emissions):
 
 
 def test_vmap_and_jit_of_dense_ops():
-    graph = build((2, [(0, 0, 0, 0, 0.0), (0, 1, 1, 1, 0.5), (1, 1, 1, 1, 0.0)], {1: 0.0}),
-                  np.float64)
+    graph = build(
+        (2, [(0, 0, 0, 0, 0.0), (0, 1, 1, 1, 0.5), (1, 1, 1, 1, 0.0)], {1: 0.0}), np.float64
+    )
     emissions = jnp.asarray(np.random.default_rng(4).normal(size=(3, 2, 4, 2)))
     mapped = jax.vmap(lambda e: sj.dense_tot_score(graph, e))(emissions)
     jitted = jax.jit(lambda e: sj.dense_tot_score(graph, e))
@@ -198,30 +243,39 @@ def test_vmap_and_jit_of_dense_ops():
     labels, scores = jax.vmap(lambda e: sj.viterbi_decode(graph, e))(emissions)
     chex.assert_shape(labels, (3, 2, 4))
     np.testing.assert_allclose(
-        scores, jax.vmap(lambda e: sj.dense_tot_score(graph, e, None, sj.TROPICAL))(emissions))
+        scores, jax.vmap(lambda e: sj.dense_tot_score(graph, e, None, sj.TROPICAL))(emissions)
+    )
 
 
 @SETTINGS
-@given(data=dense_graphs(weights=st.floats(-3, 3, width=32)),
-       values=st.lists(st.floats(-3, 3, width=32), min_size=B * T * V, max_size=B * T * V),
-       lengths=st.lists(st.integers(0, T), min_size=B, max_size=B))
+@given(
+    data=dense_graphs(weights=st.floats(-3, 3, width=32)),
+    values=st.lists(st.floats(-3, 3, width=32), min_size=B * T * V, max_size=B * T * V),
+    lengths=st.lists(st.integers(0, T), min_size=B, max_size=B),
+)
 def test_viterbi_decode_matches_brute_force(data, values, lengths):
     emissions = np.asarray(values, np.float64).reshape(B, T, V)
     graph = fixed_shape(build(data, np.float64))
     labels, scores = sj.viterbi_decode(graph, emissions, np.asarray(lengths))
     np.testing.assert_allclose(
-        scores, sj.dense_tot_score(graph, emissions, np.asarray(lengths), sj.TROPICAL))
+        scores, sj.dense_tot_score(graph, emissions, np.asarray(lengths), sj.TROPICAL)
+    )
     _, arcs, final = data
     for b in range(B):
         _best_labels, best = oracles.brute_dense_best(arcs, final, emissions[b], lengths[b])
         np.testing.assert_allclose(scores[b], best, rtol=1e-12)
-        assert np.all(np.asarray(labels[b, lengths[b]:]) == -1)
+        assert np.all(np.asarray(labels[b, lengths[b] :]) == -1)
         if best > -np.inf:
             # The labels are those of a best path (ties may pick another one).
-            decoded = tuple(np.asarray(labels[b, :lengths[b]]).tolist())
-            path_score = max((s + final[e] for e, s, path_labels in oracles._dense_paths(
-                arcs, emissions[b], lengths[b]) if e in final and path_labels == decoded),
-                default=-np.inf)
+            decoded = tuple(np.asarray(labels[b, : lengths[b]]).tolist())
+            path_score = max(
+                (
+                    s + final[e]
+                    for e, s, path_labels in oracles._dense_paths(arcs, emissions[b], lengths[b])
+                    if e in final and path_labels == decoded
+                ),
+                default=-np.inf,
+            )
             np.testing.assert_allclose(path_score, best, rtol=1e-12)
         else:
             assert np.all(np.asarray(labels[b]) == -1)
@@ -247,8 +301,10 @@ def test_bad_input_is_named():
 def test_wide_graph_matches_brute_force_and_autodiff():
     # In-degree 12 > COLUMNS_UP_TO: the [S, K] array form of the scan.
     rng = np.random.default_rng(6)
-    arcs = [(int(rng.integers(3)), int(rng.integers(3)), int(rng.integers(3)), 0,
-             float(rng.normal())) for _ in range(30)]
+    arcs = [
+        (int(rng.integers(3)), int(rng.integers(3)), int(rng.integers(3)), 0, float(rng.normal()))
+        for _ in range(30)
+    ]
     arcs += [(s, 1, 2, 0, 0.5) for s in (0, 1, 2) for _ in range(4)]
     arcs = [(s, d, label, label, w) for s, d, label, _, w in arcs]
     data = (3, arcs, {1: 0.0, 2: -1.0})
@@ -258,11 +314,17 @@ def test_wide_graph_matches_brute_force_and_autodiff():
     lengths = np.array([4, 2])
     for name in ("log", "tropical"):
         got = sj.dense_tot_score(graph, emissions, lengths, SEMIRINGS[name])
-        want = [oracles.brute_dense_tot_score(arcs, data[2], np.asarray(emissions[b]),
-                                              lengths[b], name) for b in range(2)]
+        want = [
+            oracles.brute_dense_tot_score(arcs, data[2], np.asarray(emissions[b]), lengths[b], name)
+            for b in range(2)
+        ]
         np.testing.assert_allclose(got, want, rtol=1e-10)
     got = jax.grad(lambda e: sj.dense_tot_score(graph, e, lengths)[0])(emissions)
     want = jax.grad(lambda e: _reference_total(data, e[0], 4))(emissions)
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
-    check_grads(lambda e, w: sj.dense_tot_score(graph.replace(weight=w), e, lengths),
-                (emissions, graph.weight), order=1, modes=("rev",))
+    check_grads(
+        lambda e, w: sj.dense_tot_score(graph.replace(weight=w), e, lengths),
+        (emissions, graph.weight),
+        order=1,
+        modes=("rev",),
+    )

@@ -50,12 +50,22 @@ def test_site_builds_strictly(tmp_path):
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 0, f"mkdocs build --strict failed:\n{output}"
     assert "WARNING" not in output, output
-    for page in ["index.html", "reference/scores/index.html", "coming-from-k2/index.html",
-                 "performance/index.html", "assets/performance.png"]:
+    for page in [
+        "index.html",
+        "reference/scores/index.html",
+        "coming-from-k2/index.html",
+        "performance/index.html",
+        "assets/performance.png",
+    ]:
         assert (tmp_path / page).is_file(), page
     # The griffe extension is build machinery, not part of the site.
     assert not list(tmp_path.rglob("*.py"))
@@ -87,21 +97,29 @@ def test_quickstart_code_runs(tmp_path):
     # In a fresh interpreter: the page is for users, who run with JAX's
     # defaults (float32, no x64), not with this suite's strict settings.
     code = re.findall(r"```python\n(.*?)```", (DOCS / "quickstart.md").read_text(), re.DOTALL)
-    checks = ("\nassert abs(float(sj.tot_score(fsa)) - 1.474077) < 1e-5"
-              "\nassert jnp.allclose(loss, -total, rtol=1e-5)"
-              "\nprint('quick start ran')\n")
+    checks = (
+        "\nassert abs(float(sj.tot_score(fsa)) - 1.474077) < 1e-5"
+        "\nassert jnp.allclose(loss, -total, rtol=1e-5)"
+        "\nprint('quick start ran')\n"
+    )
     script = tmp_path / "quickstart.py"
     no_display = 'import matplotlib\nmatplotlib.use("Agg")\n'  # for plot_alignment
     script.write_text(no_display + "\n".join(code) + checks)
-    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
-                            text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "quick start ran" in result.stdout
 
 
 def test_command_line_page_covers_every_subcommand():
-    result = subprocess.run([sys.executable, "-m", "semiring_jax", "--help"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "semiring_jax", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     listed = result.stdout.split("COMMAND\n", 1)[1]
     commands = re.findall(r"^    ([a-z][a-z-]*)", listed, re.MULTILINE)
@@ -132,8 +150,9 @@ def test_plot_results_draws_a_png(tmp_path):
 
 def test_griffe_extension_reads_the_house_style():
     extension = _module_from(DOCS / "griffe_sections.py")
-    text = ("Sums.\n\nArgs:\n  a, b: two\n    Fsas.\nReturns:\n  An Fsa: trimmed.\n"
-            "Examples:\n  >>> 1")
+    text = (
+        "Sums.\n\nArgs:\n  a, b: two\n    Fsas.\nReturns:\n  An Fsa: trimmed.\nExamples:\n  >>> 1"
+    )
     text = extension.with_blank_lines_before_sections(text)
     assert "\n\nReturns:\n" in text and "\n\nExamples:\n" in text
     text = extension.with_one_parameter_per_item(text)

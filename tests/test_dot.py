@@ -38,26 +38,34 @@ def arc_lines(source):
 
 def svg_of(source):
     """`dot -Tsvg` of the source, parsed: every output must be valid Graphviz."""
-    result = subprocess.run(["dot", "-Tsvg"], input=source, text=True, capture_output=True,
-                            check=True, timeout=30)
+    result = subprocess.run(
+        ["dot", "-Tsvg"], input=source, text=True, capture_output=True, check=True, timeout=30
+    )
     return ElementTree.fromstring(result.stdout)
 
 
 def test_default_drawing_is_unchanged():
     lines = arc_lines(transducer().to_dot())
-    assert lines == ['0 -> 1 [label = "1:2/0.5"];', '0 -> 1 [label = "2:0/-0.25"];',
-                     '1 -> 2 [label = "3:3/1"];']
+    assert lines == [
+        '0 -> 1 [label = "1:2/0.5"];',
+        '0 -> 1 [label = "2:0/-0.25"];',
+        '1 -> 2 [label = "3:3/1"];',
+    ]
     assert '2 [label = "2/-0.5", shape = doublecircle];' in transducer().to_dot()
 
 
-@pytest.mark.parametrize("table", [SYMBOLS, dict(enumerate(SYMBOLS)), FindTable(SYMBOLS)],
-                         ids=["sequence", "mapping", "find"])
+@pytest.mark.parametrize(
+    "table",
+    [SYMBOLS, dict(enumerate(SYMBOLS)), FindTable(SYMBOLS)],
+    ids=["sequence", "mapping", "find"],
+)
 def test_symbols_are_looked_up_and_escaped(table):
     source = transducer().to_dot(isymbols=table, osymbols=table, title='the "demo"')
     assert arc_lines(source) == [
         '0 -> 1 [label = "a:say \\"hi\\"/0.5"];',
         '0 -> 1 [label = "say \\"hi\\":<eps>/-0.25"];',
-        '1 -> 2 [label = "back\\\\slash:back\\\\slash/1"];']
+        '1 -> 2 [label = "back\\\\slash:back\\\\slash/1"];',
+    ]
     assert 'label = "the \\"demo\\"";' in source
     if HAS_DOT:
         texts = [text.text for text in svg_of(source).iter("{http://www.w3.org/2000/svg}text")]
@@ -67,7 +75,8 @@ def test_symbols_are_looked_up_and_escaped(table):
 def test_only_input_symbols_for_an_acceptor():
     fsa = sj.Fsa.from_arcs([(0, 1, 1, 0.5)], final=[1])
     assert arc_lines(fsa.to_dot(isymbols=["<eps>", "a"], osymbols=[])) == [
-        '0 -> 1 [label = "a/0.5"];']
+        '0 -> 1 [label = "a/0.5"];'
+    ]
     assert arc_lines(transducer().to_dot(isymbols=SYMBOLS))[0] == '0 -> 1 [label = "a:2/0.5"];'
 
 
@@ -89,8 +98,9 @@ def test_arc_values_label_colour_and_width():
     widths = [float(re.search(r"penwidth = ([0-9.]+)", line).group(1)) for line in lines]
     assert colours[2] == "#08306b" and colours[1] == "#c8c8c8"  # max and min of the ramp
     assert widths[1] == 0.5 and widths[2] == 4.0 and 0.5 < widths[0] < 4.0
-    plain = arc_lines(fsa.to_dot(arc_values=np.array([1.0, 2.0, -np.inf]), color=False,
-                                 width=False))
+    plain = arc_lines(
+        fsa.to_dot(arc_values=np.array([1.0, 2.0, -np.inf]), color=False, width=False)
+    )
     assert plain[2] == '1 -> 2 [label = "3/0\\n-inf"];'
     if HAS_DOT:
         svg_of(fsa.to_dot(arc_values=posteriors, value_name="p", title="posteriors"))
@@ -101,8 +111,7 @@ def test_arc_values_of_a_padded_fsa_drop_the_padding():
     padded = jax.tree_util.tree_map(lambda field: field[0], sj.stack([short, transducer()]))
     assert padded.num_arcs == 3
     lines = arc_lines(padded.to_dot(arc_values=jnp.array([0.5, 7.0, 9.0]), width=False))
-    assert lines == ['0 -> 1 [label = "1:1/0\\n0.5", color = "#08306b", '
-                     'fontcolor = "#08306b"];']
+    assert lines == ['0 -> 1 [label = "1:1/0\\n0.5", color = "#08306b", fontcolor = "#08306b"];']
 
 
 def test_bad_options_name_the_culprit():
@@ -132,9 +141,11 @@ def test_svg_rendering():
     bundle = fsa._repr_mimebundle_()
     assert bundle["image/svg+xml"] == svg and bundle["text/plain"] == repr(fsa)
     assert fsa._repr_mimebundle_(include=["text/plain"]) == {"text/plain": repr(fsa)}
-    for source in [fsa.to_dot(isymbols=SYMBOLS, osymbols=SYMBOLS, title='a "t"'),
-                   sj.ctc_topo(3).to_dot(arc_values=np.arange(9.0), value_name="v"),
-                   sj.Fsa.from_arcs([], final=[], num_states=1).to_dot()]:
+    for source in [
+        fsa.to_dot(isymbols=SYMBOLS, osymbols=SYMBOLS, title='a "t"'),
+        sj.ctc_topo(3).to_dot(arc_values=np.arange(9.0), value_name="v"),
+        sj.Fsa.from_arcs([], final=[], num_states=1).to_dot(),
+    ]:
         svg_of(source)
 
 
@@ -154,6 +165,7 @@ def test_failing_or_hanging_dot_falls_back(monkeypatch, tmp_path):
 
     def hang(*args, **kwargs):
         raise subprocess.TimeoutExpired(cmd="dot", timeout=kwargs["timeout"])
+
     monkeypatch.setattr(subprocess, "run", hang)
     assert dot.render_svg("digraph { 0 -> 1; }") is None
 
@@ -168,6 +180,7 @@ def test_batched_and_traced_reprs_never_raise():
         assert fsa._repr_svg_() is None
         assert fsa._repr_mimebundle_() == {"text/plain": repr(fsa)}
         return weight
+
     jax.jit(inside)(transducer().weight)
 
 
@@ -182,5 +195,4 @@ def test_pynini_and_sj_symbol_tables():
         fsa.to_dot(osymbols=pynini.SymbolTable())  # pynini's find answers "" when missing
     symbols = pytest.importorskip("semiring_jax._src.host.symbols")
     ours = symbols.SymbolTable(["<eps>", "a", "b"])
-    assert fsa.to_dot(isymbols=ours, osymbols=ours) == fsa.to_dot(isymbols=table,
-                                                                  osymbols=table)
+    assert fsa.to_dot(isymbols=ours, osymbols=ours) == fsa.to_dot(isymbols=table, osymbols=table)

@@ -20,12 +20,17 @@ EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 
 def _run_script(name: str, *args: str, env: dict | None = None) -> str:
     """The script's stdout; fails the test, showing all output, on a non-zero exit."""
-    run = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py"), *args],
-                         env={**os.environ, **(env or {})}, capture_output=True, text=True,
-                         timeout=300)
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLES / f"{name}.py"), *args],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if run.returncode != 0:
-        pytest.fail(f"{name}.py {' '.join(args)} exited with {run.returncode}:\n"
-                    f"{run.stdout}\n{run.stderr}")
+        pytest.fail(
+            f"{name}.py {' '.join(args)} exited with {run.returncode}:\n{run.stdout}\n{run.stderr}"
+        )
     return run.stdout
 
 
@@ -45,8 +50,15 @@ def test_quickstart_runs(capsys):
 
 
 def test_ctc_training_sharded_over_4_devices():
-    stdout = _run_script("ctc_training", "--shard", "--steps", "40", "--batch-size", "16",
-                         env={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+    stdout = _run_script(
+        "ctc_training",
+        "--shard",
+        "--steps",
+        "40",
+        "--batch-size",
+        "16",
+        env={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"},
+    )
     assert "over 4 devices" in stdout, stdout
     first, last = _losses(stdout)
     assert last < 0.9 * first, (first, last)

@@ -37,22 +37,38 @@ def test_start_is_renumbered_to_zero():
     assert float(sj.tot_score(fsa)) == pytest.approx(0.75)
 
 
-@pytest.mark.parametrize("arcs, final, kwargs, message", [
-    ([(0, 1, 1, 0.0), (0, 5, 1, 0.0)], [1], dict(num_states=4),
-     r"from_arcs: arc 1 has dst=5 but num_states=4"),
-    ([(0, 1, 1, 0.0), (3, 1, 1, 0.0)], [1], dict(num_states=2),
-     r"from_arcs: arc 1 has src=3 but num_states=2"),
-    ([(0, 1, 1, math.nan)], [1], {}, r"from_arcs: arc 0 has weight nan"),
-    ([(0, 1, 1, 0.0), (0, 1, 1, math.inf)], [1], {}, r"from_arcs: arc 1 has weight inf"),
-    ([(0, 1, 1, 0.0)], {1: math.nan}, {}, r"from_arcs: final state 1 has weight nan"),
-    ([(0, 1, 1, 0.0)], [7], dict(num_states=2), r"final state 7 is out of range"),
-    ([(0, 1, -1, 0.0)], [1], {}, r"from_arcs: arc 0 has label=-1; expected a non-negative integer"),
-    ([(0, 1, 1.5, 0.0)], [1], {}, r"arc 0 has label=1.5"),
-    ([(0, 1, 1, 0.0), (0, 1, 1, 1, 0.0)], [1], {}, r"arc 1 has 5 fields but arc 0 has 4"),
-    ([(0, 1, 1)], [1], {}, r"arc 0 is \(0, 1, 1\)"),
-    (np.zeros((2, 3)), [1], {}, r"arcs must have shape \[A, 4\]"),
-    ([(0, 1, 1, 0.0)], [1], dict(start=5, num_states=2), r"start=5 is out of range"),
-])
+@pytest.mark.parametrize(
+    "arcs, final, kwargs, message",
+    [
+        (
+            [(0, 1, 1, 0.0), (0, 5, 1, 0.0)],
+            [1],
+            dict(num_states=4),
+            r"from_arcs: arc 1 has dst=5 but num_states=4",
+        ),
+        (
+            [(0, 1, 1, 0.0), (3, 1, 1, 0.0)],
+            [1],
+            dict(num_states=2),
+            r"from_arcs: arc 1 has src=3 but num_states=2",
+        ),
+        ([(0, 1, 1, math.nan)], [1], {}, r"from_arcs: arc 0 has weight nan"),
+        ([(0, 1, 1, 0.0), (0, 1, 1, math.inf)], [1], {}, r"from_arcs: arc 1 has weight inf"),
+        ([(0, 1, 1, 0.0)], {1: math.nan}, {}, r"from_arcs: final state 1 has weight nan"),
+        ([(0, 1, 1, 0.0)], [7], dict(num_states=2), r"final state 7 is out of range"),
+        (
+            [(0, 1, -1, 0.0)],
+            [1],
+            {},
+            r"from_arcs: arc 0 has label=-1; expected a non-negative integer",
+        ),
+        ([(0, 1, 1.5, 0.0)], [1], {}, r"arc 0 has label=1.5"),
+        ([(0, 1, 1, 0.0), (0, 1, 1, 1, 0.0)], [1], {}, r"arc 1 has 5 fields but arc 0 has 4"),
+        ([(0, 1, 1)], [1], {}, r"arc 0 is \(0, 1, 1\)"),
+        (np.zeros((2, 3)), [1], {}, r"arcs must have shape \[A, 4\]"),
+        ([(0, 1, 1, 0.0)], [1], dict(start=5, num_states=2), r"start=5 is out of range"),
+    ],
+)
 def test_from_arcs_errors_name_the_culprit(arcs, final, kwargs, message):
     with pytest.raises(ValueError, match=message):
         sj.Fsa.from_arcs(arcs, final, **kwargs)
@@ -66,11 +82,14 @@ def test_host_constructors_refuse_traced_values():
 
 
 def test_float64_needs_x64():
-    code = ("import semiring_jax as sj\n"
-            "try:\n sj.linear_fsa([1], dtype='float64')\n"
-            "except ValueError as e:\n print(e)\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True)
+    code = (
+        "import semiring_jax as sj\n"
+        "try:\n sj.linear_fsa([1], dtype='float64')\n"
+        "except ValueError as e:\n print(e)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
     assert "jax_enable_x64 is off" in result.stdout
 
 

@@ -22,8 +22,14 @@ LINTED = ["semiring_jax", "tests", "examples", "benchmarks"]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def _report(run: subprocess.CompletedProcess[str]) -> str:
@@ -56,9 +62,11 @@ def test_version_is_the_installed_distribution_version():
 def _unannotated(function: Callable[..., Any]) -> list[str]:
     """The parameters (and "return") of `function` that lack a type hint."""
     signature = inspect.signature(function)
-    missing = [name for name, parameter in signature.parameters.items()
-               if name not in ("self", "cls")
-               and parameter.annotation is inspect.Parameter.empty]
+    missing = [
+        name
+        for name, parameter in signature.parameters.items()
+        if name not in ("self", "cls") and parameter.annotation is inspect.Parameter.empty
+    ]
     if signature.return_annotation is inspect.Signature.empty:
         missing.append("return")
     return missing
@@ -69,6 +77,9 @@ def test_public_functions_are_fully_annotated():
     for name, member in inspect.getmembers(sj.Fsa):
         if not name.startswith("_") and inspect.isroutine(member):
             functions[f"Fsa.{name}"] = member
-    missing = {name: _unannotated(function) for name, function in functions.items()
-               if inspect.isroutine(function)}
+    missing = {
+        name: _unannotated(function)
+        for name, function in functions.items()
+        if inspect.isroutine(function)
+    }
     assert not {name: params for name, params in missing.items() if params}

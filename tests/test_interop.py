@@ -18,16 +18,17 @@ ARC_TYPES = ["standard", "log", "log64"]
 
 def build(data, transducer, dtype):
     num_states, arcs, final = data
-    return sj.Fsa.from_arcs(as_rows(arcs, transducer), final, num_states=num_states,
-                            dtype=dtype)
+    return sj.Fsa.from_arcs(as_rows(arcs, transducer), final, num_states=num_states, dtype=dtype)
 
 
 def by_source(fsa):
     """The real arcs as a dict of arrays, stably sorted by source state
     (OpenFst keeps arcs per state, so this order survives a round trip)."""
     order = np.argsort(np.asarray(fsa.src), kind="stable")
-    return {field: np.asarray(getattr(fsa, field))[order]
-            for field in ["src", "dst", "ilabel", "olabel", "weight"]}
+    return {
+        field: np.asarray(getattr(fsa, field))[order]
+        for field in ["src", "dst", "ilabel", "olabel", "weight"]
+    }
 
 
 def assert_same(back, fsa, weight_dtype):
@@ -43,8 +44,12 @@ def assert_same(back, fsa, weight_dtype):
 
 
 @settings(max_examples=25, deadline=None)
-@given(data=acyclic_fsas(transducer=True), transducer=st.booleans(),
-       arc_type=st.sampled_from(ARC_TYPES), dtype=st.sampled_from(["float32", "float64"]))
+@given(
+    data=acyclic_fsas(transducer=True),
+    transducer=st.booleans(),
+    arc_type=st.sampled_from(ARC_TYPES),
+    dtype=st.sampled_from(["float32", "float64"]),
+)
 def test_ours_to_pynini_and_back(data, transducer, arc_type, dtype):
     fsa = build(data, transducer, dtype)
     fst = fsa.to_pynini(arc_type=arc_type)
@@ -57,13 +62,13 @@ def test_ours_to_pynini_and_back(data, transducer, arc_type, dtype):
         assert_same(back, fsa, weight_dtype)
     else:
         # float64 -> float32 goes through pynini's decimal text: within one ulp.
-        np.testing.assert_allclose(by_source(back)["weight"], by_source(fsa)["weight"],
-                                   rtol=2e-7)
+        np.testing.assert_allclose(by_source(back)["weight"], by_source(fsa)["weight"], rtol=2e-7)
 
 
 @settings(max_examples=25, deadline=None)
-@given(data=acyclic_fsas(transducer=True), arc_type=st.sampled_from(ARC_TYPES),
-       start=st.integers(0, 5))
+@given(
+    data=acyclic_fsas(transducer=True), arc_type=st.sampled_from(ARC_TYPES), start=st.integers(0, 5)
+)
 def test_pynini_to_ours_and_back(data, arc_type, start):
     num_states, arcs, final = data
     fst = oracles.to_pynini(num_states, arcs, final, arc_type)
@@ -86,8 +91,16 @@ def fst_lines(fst, renumber=None):
     lines = []
     for state in fst.states():
         lines.append((renumber[state], cost_text(fst.final(state))))
-        lines += [(renumber[state], renumber[arc.nextstate], arc.ilabel, arc.olabel,
-                   cost_text(arc.weight)) for arc in fst.arcs(state)]
+        lines += [
+            (
+                renumber[state],
+                renumber[arc.nextstate],
+                arc.ilabel,
+                arc.olabel,
+                cost_text(arc.weight),
+            )
+            for arc in fst.arcs(state)
+        ]
     return sorted(lines, key=repr)
 
 
@@ -102,22 +115,23 @@ def test_scores_agree_with_openfst(data, start):
     num_states, arcs, final = data
     start %= num_states
     # "standard" (tropical) weights are float32, "log64" ones float64.
-    for arc_type, semiring, tolerance in [("log64", sj.LOG, 1e-8),
-                                          ("tropical", sj.TROPICAL, 1e-6)]:
+    for arc_type, semiring, tolerance in [("log64", sj.LOG, 1e-8), ("tropical", sj.TROPICAL, 1e-6)]:
         fst = oracles.to_pynini(num_states, arcs, final, arc_type)
         fst.set_start(start)
         distance = pynini.shortestdistance(fst, reverse=True, delta=1e-12)
         expected = -float(distance[start]) if start < len(distance) else -math.inf
         fsa = padded(sj.Fsa.from_pynini(fst, dtype="float64"))  # one shape: one compile
-        assert float(sj.tot_score(fsa, semiring)) == pytest.approx(expected, rel=tolerance,
-                                                                   abs=tolerance)
+        assert float(sj.tot_score(fsa, semiring)) == pytest.approx(
+            expected, rel=tolerance, abs=tolerance
+        )
 
 
 def test_log64_weights_are_exact():
     # float(pynini.Weight) keeps 9 digits; the conversion must not.
     weight = 0.1 + 1e-12
-    fsa = sj.Fsa.from_arcs([(0, 1, 1, weight), (1, 2, 2, -math.inf)], final={2: math.pi},
-                           dtype="float64")
+    fsa = sj.Fsa.from_arcs(
+        [(0, 1, 1, weight), (1, 2, 2, -math.inf)], final={2: math.pi}, dtype="float64"
+    )
     fst = fsa.to_pynini(arc_type="log64")
     assert float(next(iter(fst.arcs(0))).weight) != -weight  # pynini's view is rounded
     back = sj.Fsa.from_pynini(fst, dtype="float64")
@@ -156,8 +170,9 @@ def test_start_empty_and_acceptor():
     fst.set_final(0)
     ours = sj.Fsa.from_pynini(fst)
     for field in ["src", "dst", "label", "weight", "final_weight"]:
-        np.testing.assert_array_equal(np.sort(getattr(ours, field)),
-                                      np.sort(getattr(moved, field)), err_msg=field)
+        np.testing.assert_array_equal(
+            np.sort(getattr(ours, field)), np.sort(getattr(moved, field)), err_msg=field
+        )
 
 
 def test_symbol_tables():
@@ -177,20 +192,43 @@ def test_symbol_tables():
     assert transducer.to_pynini().input_symbols() is None
 
 
-@pytest.mark.parametrize("call, error, message", [
-    (lambda: sj.stack([sj.linear_fsa([1])]).to_pynini(), ValueError,
-     r"to_pynini: takes an unbatched Fsa, got batch_shape=\(1,\)"),
-    (lambda: sj.linear_fsa([1]).to_pynini(arc_type="tropical"), ValueError,
-     r"to_pynini: arc_type must be one of \['log', 'log64', 'standard'\], got 'tropical'"),
-    (lambda: sj.linear_fsa([1, 5]).to_pynini(isymbols=sj.SymbolTable(["<eps>", "a"])),
-     ValueError, r"to_pynini: arc 1 has label=5, which isymbols does not hold"),
-    (lambda: sj.Fsa.from_arcs([(0, 1, 1, 3, 0.0)], final=[1]).to_pynini(
-        osymbols=sj.SymbolTable(["<eps>", "a"])),
-     ValueError, r"arc 0 has olabel=3, which osymbols does not hold"),
-    (lambda: sj.Fsa.from_pynini("0 1 2\n"), TypeError, r"from_pynini: fst must be a pynini.Fst"),
-    (lambda: sj.Fsa.from_pynini(pynini.accep("a"), dtype="int32"), ValueError,
-     r"from_pynini: dtype must be float32 or float64"),
-])
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (
+            lambda: sj.stack([sj.linear_fsa([1])]).to_pynini(),
+            ValueError,
+            r"to_pynini: takes an unbatched Fsa, got batch_shape=\(1,\)",
+        ),
+        (
+            lambda: sj.linear_fsa([1]).to_pynini(arc_type="tropical"),
+            ValueError,
+            r"to_pynini: arc_type must be one of \['log', 'log64', 'standard'\], got 'tropical'",
+        ),
+        (
+            lambda: sj.linear_fsa([1, 5]).to_pynini(isymbols=sj.SymbolTable(["<eps>", "a"])),
+            ValueError,
+            r"to_pynini: arc 1 has label=5, which isymbols does not hold",
+        ),
+        (
+            lambda: sj.Fsa.from_arcs([(0, 1, 1, 3, 0.0)], final=[1]).to_pynini(
+                osymbols=sj.SymbolTable(["<eps>", "a"])
+            ),
+            ValueError,
+            r"arc 0 has olabel=3, which osymbols does not hold",
+        ),
+        (
+            lambda: sj.Fsa.from_pynini("0 1 2\n"),
+            TypeError,
+            r"from_pynini: fst must be a pynini.Fst",
+        ),
+        (
+            lambda: sj.Fsa.from_pynini(pynini.accep("a"), dtype="int32"),
+            ValueError,
+            r"from_pynini: dtype must be float32 or float64",
+        ),
+    ],
+)
 def test_errors_are_located(call, error, message):
     with pytest.raises(error, match=message):
         call()

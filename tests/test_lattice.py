@@ -20,22 +20,27 @@ def build(data, dtype=np.float64):
 
 
 @settings(max_examples=25, deadline=None)
-@given(data=dense_graphs(weights=st.floats(-3, 3, width=32)),
-       values=st.lists(st.floats(-3, 3, width=32), min_size=B * T * V, max_size=B * T * V),
-       lengths=st.lists(st.integers(0, T), min_size=B, max_size=B))
+@given(
+    data=dense_graphs(weights=st.floats(-3, 3, width=32)),
+    values=st.lists(st.floats(-3, 3, width=32), min_size=B * T * V, max_size=B * T * V),
+    lengths=st.lists(st.integers(0, T), min_size=B, max_size=B),
+)
 def test_lattice_scores_equal_dense_scores(data, values, lengths):
     graph = build(data)
     emissions = jnp.asarray(np.asarray(values, np.float64).reshape(B, T, V))
     lengths = np.asarray(lengths)
     lattice = sj.intersect_dense(graph, emissions, lengths)
     for semiring in (sj.LOG, sj.TROPICAL):
-        np.testing.assert_allclose(sj.tot_score(lattice, semiring),
-                                   sj.dense_tot_score(graph, emissions, lengths, semiring),
-                                   rtol=1e-10)
+        np.testing.assert_allclose(
+            sj.tot_score(lattice, semiring),
+            sj.dense_tot_score(graph, emissions, lengths, semiring),
+            rtol=1e-10,
+        )
     _, arcs, final = data
     for b, entry in enumerate(sj.unstack(lattice)):
-        want = oracles.brute_dense_tot_score(arcs, final, np.asarray(emissions[b]),
-                                             lengths[b], "log")
+        want = oracles.brute_dense_tot_score(
+            arcs, final, np.asarray(emissions[b]), lengths[b], "log"
+        )
         np.testing.assert_allclose(sj.tot_score(entry), want, rtol=1e-10)
         _check_connected(entry, found=want > -np.inf)
 
@@ -52,9 +57,20 @@ def _check_connected(lattice, found):
 
 def test_gradients_flow_to_emissions_and_graph_weights():
     rng = np.random.default_rng(0)
-    graph = build((3, [(0, 0, 0, 0, 0.1), (0, 1, 1, 1, -0.2), (1, 1, 1, 1, 0.3),
-                       (1, 2, 2, 2, 0.0), (2, 0, 0, 0, 0.5), (2, 2, 2, 2, 0.1)],
-                   {1: 0.0, 2: -0.5}))
+    graph = build(
+        (
+            3,
+            [
+                (0, 0, 0, 0, 0.1),
+                (0, 1, 1, 1, -0.2),
+                (1, 1, 1, 1, 0.3),
+                (1, 2, 2, 2, 0.0),
+                (2, 0, 0, 0, 0.5),
+                (2, 2, 2, 2, 0.1),
+            ],
+            {1: 0.0, 2: -0.5},
+        )
+    )
     emissions = jnp.asarray(rng.normal(size=(3, 6, 3)))
     lengths = np.array([6, 4, 0])
 
@@ -66,20 +82,25 @@ def test_gradients_flow_to_emissions_and_graph_weights():
         return sj.dense_tot_score(graph.replace(weight=w, final_weight=f), e, lengths).sum()
 
     args = (emissions, graph.weight, graph.final_weight)
-    for got, want in zip(jax.grad(through_lattice, argnums=(0, 1, 2))(*args),
-                         jax.grad(dense, argnums=(0, 1, 2))(*args)):
+    for got, want in zip(
+        jax.grad(through_lattice, argnums=(0, 1, 2))(*args),
+        jax.grad(dense, argnums=(0, 1, 2))(*args),
+    ):
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 
 
 def test_batched_graph_and_jit_over_weights():
-    graphs = [build((2, [(0, 0, 0, 0, 0.0), (0, 1, 1, 1, 0.5), (1, 1, 2, 2, 0.0)], {1: 0.0})),
-              build((2, [(0, 1, 2, 2, 0.1), (1, 0, 1, 1, 0.0), (1, 1, 0, 0, 0.2)], {1: 0.0}))]
+    graphs = [
+        build((2, [(0, 0, 0, 0, 0.0), (0, 1, 1, 1, 0.5), (1, 1, 2, 2, 0.0)], {1: 0.0})),
+        build((2, [(0, 1, 2, 2, 0.1), (1, 0, 1, 1, 0.0), (1, 1, 0, 0, 0.2)], {1: 0.0})),
+    ]
     batch = sj.stack(graphs)
     emissions = jnp.asarray(np.random.default_rng(1).normal(size=(2, 5, 3)))
     lengths = np.array([5, 3])
     lattice = sj.intersect_dense(batch, emissions, lengths)
-    np.testing.assert_allclose(sj.tot_score(lattice),
-                               sj.dense_tot_score(batch, emissions, lengths), rtol=1e-10)
+    np.testing.assert_allclose(
+        sj.tot_score(lattice), sj.dense_tot_score(batch, emissions, lengths), rtol=1e-10
+    )
     # Emissions may be traced (the structure comes from graph and lengths).
     jitted = jax.jit(lambda e: sj.tot_score(sj.intersect_dense(batch, e, lengths)))
     np.testing.assert_allclose(jitted(emissions), sj.tot_score(lattice), rtol=1e-10)

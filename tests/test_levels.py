@@ -21,8 +21,9 @@ def test_balanced_levels_keep_depth_and_order(data):
     src = np.array([a[0] for a in arcs], dtype=np.int64)
     dst = np.array([a[1] for a in arcs], dtype=np.int64)
     placed = np.ones(num_states, bool)
-    balanced = levels.balanced_levels(num_states, src, dst, placed,
-                                      levels.path_lengths(num_states, src, dst))
+    balanced = levels.balanced_levels(
+        num_states, src, dst, placed, levels.path_lengths(num_states, src, dst)
+    )
     longest = levels.longest_path_levels(num_states, src, dst)
     assert balanced.max() == longest.max()  # same number of sequential steps
     assert (balanced[src] < balanced[dst]).all()  # every arc goes up a level

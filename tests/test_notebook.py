@@ -13,8 +13,9 @@ NOTEBOOK = EXAMPLES / "lattice_tour.ipynb"
 
 
 def _maker():
-    spec = importlib.util.spec_from_file_location("make_lattice_tour",
-                                                  EXAMPLES / "make_lattice_tour.py")
+    spec = importlib.util.spec_from_file_location(
+        "make_lattice_tour", EXAMPLES / "make_lattice_tour.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -40,11 +41,20 @@ def test_notebook_runs_headless(tmp_path):
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     # The kernel starts in a scratch folder so that nothing it writes lands in
     # the checkout; ipykernel's inline matplotlib backend needs no display.
-    client = NotebookClient(notebook, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}})
+    client = NotebookClient(
+        notebook,
+        timeout=300,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
+    )
     client.execute()  # raises CellExecutionError on any failing cell
-    kinds = [kind for cell in notebook.cells if cell.cell_type == "code"
-             for output in cell.outputs for kind in output.get("data", {})]
+    kinds = [
+        kind
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.outputs
+        for kind in output.get("data", {})
+    ]
     assert "image/png" in kinds, "the alignment pictures were not drawn"
     if shutil.which("dot") is not None:
         assert "image/svg+xml" in kinds, "no FSA was drawn"

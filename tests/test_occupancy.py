@@ -16,8 +16,16 @@ TOL = {"float32": dict(rtol=2e-5, atol=2e-5), "float64": dict(rtol=1e-10, atol=1
 
 # Parallel arcs, arcs with different labels into one state, cycles and two
 # final states: the (ilabel, dst) pairs of over="states" are not per state.
-ARCS = [(0, 0, 0, 0.1), (0, 1, 1, -0.2), (0, 1, 2, 0.3), (1, 1, 1, 0.0), (1, 2, 0, -0.5),
-        (2, 2, 2, 0.2), (1, 0, 2, 0.0), (2, 1, 1, 0.4)]
+ARCS = [
+    (0, 0, 0, 0.1),
+    (0, 1, 1, -0.2),
+    (0, 1, 2, 0.3),
+    (1, 1, 1, 0.0),
+    (1, 2, 0, -0.5),
+    (2, 2, 2, 0.2),
+    (1, 0, 2, 0.0),
+    (2, 1, 1, 0.4),
+]
 FINAL = {1: 0.0, 2: -0.3}
 NUM_STATES, B, T, V = 3, 3, 4, 3
 
@@ -37,8 +45,9 @@ def brute_occupancy(arcs, final, emissions, length, num_states, best_only=False)
             continue
         for dst, label, weight in leaving[state]:
             t = len(labels)
-            stack.append((dst, score + weight + float(emissions[t, label]), (*labels, label),
-                          (*states, dst)))
+            stack.append(
+                (dst, score + weight + float(emissions[t, label]), (*labels, label), (*states, dst))
+            )
     num_frames, num_columns = emissions.shape
     labels_out = np.zeros((num_frames, num_columns))
     states_out = np.zeros((num_frames, num_states))
@@ -71,8 +80,9 @@ def test_log_occupancy_matches_brute_force(dtype, over):
     chex.assert_shape(occupancy, (B, T, V if over == "labels" else NUM_STATES))
     assert occupancy.dtype == dtype
     for b in range(B):
-        expected = brute_occupancy(ARCS, FINAL, np.asarray(emissions[b], np.float64),
-                                   lengths[b], NUM_STATES)[over == "states"]
+        expected = brute_occupancy(
+            ARCS, FINAL, np.asarray(emissions[b], np.float64), lengths[b], NUM_STATES
+        )[over == "states"]
         np.testing.assert_allclose(occupancy[b], expected, **TOL[dtype])
     rows = np.asarray(occupancy).sum(axis=-1)
     np.testing.assert_allclose(rows[0], 1.0, **TOL[dtype])
@@ -85,17 +95,21 @@ def test_tropical_occupancy_is_the_best_path():
     emissions = random_emissions(1, "float32")
     lengths = jnp.array([4, 3, 0])  # the last has no path: all zeros, no NaN
     by_label = sj.dense_occupancy(graph, emissions, lengths, semiring=sj.TROPICAL)
-    by_state = sj.dense_occupancy(graph, emissions, lengths, semiring=sj.TROPICAL,
-                                  over="states")
+    by_state = sj.dense_occupancy(graph, emissions, lengths, semiring=sj.TROPICAL, over="states")
     frame_labels, _ = sj.viterbi_decode(graph, emissions, lengths)
     within = np.arange(T) < np.asarray(lengths)[:, None]
-    np.testing.assert_array_equal(np.where(within, np.argmax(by_label, axis=-1), -1),
-                                  frame_labels)
+    np.testing.assert_array_equal(np.where(within, np.argmax(by_label, axis=-1), -1), frame_labels)
     for occupancy in (by_label, by_state):
         np.testing.assert_array_equal(np.asarray(occupancy).sum(axis=-1), within)
     for b in range(B):
-        expected = brute_occupancy(ARCS, FINAL, np.asarray(emissions[b], np.float64),
-                                   int(lengths[b]), NUM_STATES, best_only=True)
+        expected = brute_occupancy(
+            ARCS,
+            FINAL,
+            np.asarray(emissions[b], np.float64),
+            int(lengths[b]),
+            NUM_STATES,
+            best_only=True,
+        )
         np.testing.assert_array_equal(by_label[b], expected[0])
         np.testing.assert_array_equal(by_state[b], expected[1])
 
@@ -109,11 +123,13 @@ def test_states_match_lattice_arc_posteriors():
     dst = np.asarray(graph.dst)
     final = np.asarray(graph.final_weight) > -np.inf
     for b, length in enumerate(lengths):
-        found = host_lattice.lattice_structure(graph.num_states, np.asarray(graph.src), dst,
-                                               final, int(length))
+        found = host_lattice.lattice_structure(
+            graph.num_states, np.asarray(graph.src), dst, final, int(length)
+        )
         expected = np.zeros((8, graph.num_states))
-        np.add.at(expected, (found.frame, dst[found.arc]),
-                  np.asarray(posteriors[b, :found.arc.size]))
+        np.add.at(
+            expected, (found.frame, dst[found.arc]), np.asarray(posteriors[b, : found.arc.size])
+        )
         np.testing.assert_allclose(occupancy[b], expected, **TOL["float64"])
     chex.assert_tree_all_finite(occupancy)
     np.testing.assert_array_equal(occupancy[1], 0.0)
@@ -136,12 +152,14 @@ def test_batched_graph_traced_or_not():
     lengths = jnp.array([4, 3])
     occupancy = sj.dense_occupancy(batch, emissions, lengths, over="states")
     for b, (arcs, final) in enumerate([(ARCS, FINAL), (other, {2: 0.0})]):
-        expected = brute_occupancy(arcs, final, np.asarray(emissions[b], np.float64),
-                                   int(lengths[b]), NUM_STATES)[1]
+        expected = brute_occupancy(
+            arcs, final, np.asarray(emissions[b], np.float64), int(lengths[b]), NUM_STATES
+        )[1]
         np.testing.assert_allclose(occupancy[b], expected, **TOL["float32"])
     # A traced graph takes one column per arc instead of per (ilabel, dst) pair.
     traced = jax.jit(lambda g, e, n: sj.dense_occupancy(g, e, n, over="states"))(
-        batch, emissions, lengths)
+        batch, emissions, lengths
+    )
     np.testing.assert_allclose(traced, occupancy, **TOL["float32"])
 
 

@@ -15,8 +15,10 @@ PARALLEL = (2, [(0, 1, 1, 1, 0.5), (0, 1, 2, 2, 1.0)], {1: 0.0})
 
 def _dags(n=12, seed=0):
     rng = np.random.default_rng(seed)
-    return [oracles.random_dag(rng, int(rng.integers(1, 10)), int(rng.integers(0, 25)))
-            for _ in range(n)]
+    return [
+        oracles.random_dag(rng, int(rng.integers(1, 10)), int(rng.integers(0, 25)))
+        for _ in range(n)
+    ]
 
 
 def test_hand_example():
@@ -39,8 +41,9 @@ def test_no_path():
         assert oracles.brute_tot_score(*fsa, sr) == -math.inf
         assert oracles.openfst_tot_score(*fsa, sr) == -math.inf
         np.testing.assert_array_equal(oracles.brute_arc_posteriors(*fsa, sr), 0.0)
-        np.testing.assert_array_equal(oracles.openfst_shortest_distance(*fsa, sr),
-                                      [0.0, 0.5, -math.inf])
+        np.testing.assert_array_equal(
+            oracles.openfst_shortest_distance(*fsa, sr), [0.0, 0.5, -math.inf]
+        )
     assert oracles.brute_tot_score(*fsa, "real") == 0.0
     assert oracles.brute_best_path(*fsa) == ([], -math.inf)
 
@@ -50,10 +53,12 @@ def test_start_final_and_neg_inf_arc():
     expect = np.logaddexp(0.25, 3.0)
     assert oracles.brute_tot_score(*fsa, "log") == pytest.approx(expect, abs=1e-15)
     assert oracles.openfst_tot_score(*fsa, "log") == pytest.approx(expect, rel=1e-5)
-    np.testing.assert_allclose(oracles.openfst_shortest_distance(*fsa, "log"),
-                               [0.0, 1.0, -math.inf])
-    np.testing.assert_allclose(oracles.openfst_shortest_distance(*fsa, "log", reverse=True),
-                               [expect, 2.0, 0.0], **F32_TOL)
+    np.testing.assert_allclose(
+        oracles.openfst_shortest_distance(*fsa, "log"), [0.0, 1.0, -math.inf]
+    )
+    np.testing.assert_allclose(
+        oracles.openfst_shortest_distance(*fsa, "log", reverse=True), [expect, 2.0, 0.0], **F32_TOL
+    )
     assert oracles.brute_best_path(*fsa) == ([0], 3.0)
     assert oracles.brute_best_path(1, [], {0: 0.5}) == ([], 0.5)
     assert sorted(oracles.enumerate_paths(*fsa)) == [((), 0.25), ((0,), 3.0), ((0, 1), -math.inf)]
@@ -71,11 +76,15 @@ def test_brute_vs_openfst(semiring):
     for fsa in _dags():
         tot = oracles.brute_tot_score(*fsa, semiring)
         assert oracles.openfst_tot_score(*fsa, semiring) == pytest.approx(tot, rel=1e-5, abs=1e-5)
-        np.testing.assert_allclose(oracles.openfst_shortest_distance(*fsa, semiring),
-                                   oracles.brute_forward_scores(*fsa, semiring), **F32_TOL)
+        np.testing.assert_allclose(
+            oracles.openfst_shortest_distance(*fsa, semiring),
+            oracles.brute_forward_scores(*fsa, semiring),
+            **F32_TOL,
+        )
         bwd = oracles.brute_backward_scores(*fsa, semiring)
-        np.testing.assert_allclose(oracles.openfst_shortest_distance(*fsa, semiring, reverse=True),
-                                   bwd, **F32_TOL)
+        np.testing.assert_allclose(
+            oracles.openfst_shortest_distance(*fsa, semiring, reverse=True), bwd, **F32_TOL
+        )
         assert bwd[0] == tot
         if semiring == "log":
             bwd64 = oracles.openfst_shortest_distance(*fsa, "log64", reverse=True)
@@ -87,8 +96,9 @@ def test_real_matches_log():
         exp_arcs = [(s, d, i, o, math.exp(w)) for s, d, i, o, w in arcs]
         exp_final = {s: math.exp(w) for s, w in final.items()}
         for fn in (oracles.brute_forward_scores, oracles.brute_backward_scores):
-            np.testing.assert_allclose(fn(n, exp_arcs, exp_final, "real"),
-                                       np.exp(fn(n, arcs, final, "log")), rtol=1e-12)
+            np.testing.assert_allclose(
+                fn(n, exp_arcs, exp_final, "real"), np.exp(fn(n, arcs, final, "log")), rtol=1e-12
+            )
 
 
 def test_posteriors_and_best_path():

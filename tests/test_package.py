@@ -6,12 +6,46 @@ import semiring_jax as sj
 
 # API.md's names, by the issue that builds them. Names of later issues are
 # added to __all__ as they land; until then they must not exist as stubs.
-CORE = {"Fsa", "LOG", "TROPICAL", "Semiring", "semiring", "linear_fsa", "stack", "unstack",
-        "tot_score", "forward_scores", "backward_scores", "arc_posteriors", "best_path"}
-DENSE = {"dense_tot_score", "intersect_dense", "ctc_loss", "ctc_topo", "ctc_graph",
-         "forced_align", "viterbi_decode"}
-ALGORITHMS = {"intersect", "compose", "connect", "top_sort", "arc_sort", "invert", "project",
-              "union", "concat", "closure", "reverse", "prune", "remove_epsilon", "determinize"}
+CORE = {
+    "Fsa",
+    "LOG",
+    "TROPICAL",
+    "Semiring",
+    "semiring",
+    "linear_fsa",
+    "stack",
+    "unstack",
+    "tot_score",
+    "forward_scores",
+    "backward_scores",
+    "arc_posteriors",
+    "best_path",
+}
+DENSE = {
+    "dense_tot_score",
+    "intersect_dense",
+    "ctc_loss",
+    "ctc_topo",
+    "ctc_graph",
+    "forced_align",
+    "viterbi_decode",
+}
+ALGORITHMS = {
+    "intersect",
+    "compose",
+    "connect",
+    "top_sort",
+    "arc_sort",
+    "invert",
+    "project",
+    "union",
+    "concat",
+    "closure",
+    "reverse",
+    "prune",
+    "remove_epsilon",
+    "determinize",
+}
 # Issue 5 (ecosystem): symbol tables, files and pictures, beyond API.md.
 ECOSYSTEM = {"SymbolTable", "save", "load", "dense_occupancy", "plot_alignment"}
 
@@ -28,6 +62,15 @@ def test_every_public_name_has_an_example():
             continue  # instances; their class documents them
         doc = inspect.getdoc(value) or ""
         assert "Examples:" in doc and ">>>" in doc, f"{name} has no runnable example"
-    for method in ["from_arcs", "from_openfst", "from_k2", "from_pynini", "to_openfst", "to_k2",
-                   "to_pynini", "to_dot", "replace"]:
+    for method in [
+        "from_arcs",
+        "from_openfst",
+        "from_k2",
+        "from_pynini",
+        "to_openfst",
+        "to_k2",
+        "to_pynini",
+        "to_dot",
+        "replace",
+    ]:
         assert "Examples:" in inspect.getdoc(getattr(sj.Fsa, method)), method

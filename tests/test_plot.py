@@ -50,9 +50,11 @@ class FindTable:
         return self.symbols[key]
 
 
-@pytest.mark.parametrize("labels", [["_", "a", "b", "c"], FindTable("_abc"),
-                                    {0: "_", 1: "a", 2: "b", 3: "c"}],
-                         ids=["sequence", "find", "mapping"])
+@pytest.mark.parametrize(
+    "labels",
+    [["_", "a", "b", "c"], FindTable("_abc"), {0: "_", 1: "a", 2: "b", 3: "c"}],
+    ids=["sequence", "find", "mapping"],
+)
 def test_labels_name_the_rows(labels):
     ax = sj.plot_alignment(OCCUPANCY, labels=labels, colorbar=False)
     assert [tick.get_text() for tick in ax.get_yticklabels()] == ["_", "a", "b", "c"]
@@ -102,6 +104,7 @@ def test_missing_matplotlib_says_how_to_install(monkeypatch):
         if name.startswith("matplotlib"):
             raise ImportError(f"No module named {name!r}")
         return real_import(name, *args, **kwargs)
+
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
     with pytest.raises(ImportError, match=r"pip install 'semiring_jax\[plot\]'"):
         sj.plot_alignment(OCCUPANCY)

@@ -24,8 +24,9 @@ ANY_FSA = st.one_of(
 
 def _arrays(num_states, arcs, final, transducer):
     rows = as_rows(arcs, transducer) if arcs else np.zeros((0, 5 if transducer else 4))
-    return build.arcs_from_rows(rows, final, num_states=num_states, start=0,
-                                dtype=np.float64, fn="test")
+    return build.arcs_from_rows(
+        rows, final, num_states=num_states, start=0, dtype=np.float64, fn="test"
+    )
 
 
 def _brute_reachable(num_states, sources, arcs):
@@ -101,8 +102,7 @@ def test_reachable_states_follows_arcs_only_forward():
     src, dst = np.array([0, 2, 1]), np.array([1, 1, 3])
     assert reachable_states(4, np.array([0]), src, dst).tolist() == [True, True, False, True]
     assert reachable_states(4, np.array([3]), dst, src).tolist() == [True, True, True, True]
-    assert reachable_states(2, np.array([], np.int64), src[:0], dst[:0]).tolist() == [False,
-                                                                                       False]
+    assert reachable_states(2, np.array([], np.int64), src[:0], dst[:0]).tolist() == [False, False]
 
 
 def test_determinism_counts_epsilon_as_a_label():

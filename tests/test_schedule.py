@@ -63,7 +63,12 @@ def test_host_modules_do_not_import_jax():
     for module in host.glob("*.py"):
         tree = ast.parse(module.read_text())
         for node in ast.walk(tree):
-            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             for name in names:
                 assert not name.startswith("jax"), f"{module.name} imports {name}"

@@ -7,8 +7,7 @@ import pytest
 
 import semiring_jax as sj
 
-REAL = sj.Semiring(name="real", plus=jnp.add, times=jnp.multiply, sum=jnp.sum,
-                   zero=0.0, one=1.0)
+REAL = sj.Semiring(name="real", plus=jnp.add, times=jnp.multiply, sum=jnp.sum, zero=0.0, one=1.0)
 VALUES = {
     "log": jnp.array([-jnp.inf, -3.0, -0.5, 0.0, 1.25, 4.0]),
     "tropical": jnp.array([-jnp.inf, -3.0, -0.5, 0.0, 1.25, 4.0]),
@@ -26,8 +25,10 @@ def check_semiring_laws(semiring, values):
     close(semiring.times(values, zero), zero)
     close(semiring.plus(a, b), semiring.plus(b, a))
     close(semiring.plus(semiring.plus(a, b), c), semiring.plus(a, semiring.plus(b, c)))
-    close(semiring.times(a, semiring.plus(b, c)),
-          semiring.plus(semiring.times(a, b), semiring.times(a, c)))
+    close(
+        semiring.times(a, semiring.plus(b, c)),
+        semiring.plus(semiring.times(a, b), semiring.times(a, c)),
+    )
     stacked = jnp.stack(jnp.broadcast_arrays(a, b))
     close(semiring.sum(stacked, axis=0), semiring.plus(a, b))
     close(semiring.sum(jnp.zeros((0, 3), values.dtype), axis=0), zero)

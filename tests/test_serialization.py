@@ -18,8 +18,7 @@ from tests.strategies import acyclic_fsas, as_rows, dense_graphs, padded
 
 def build(data, transducer, dtype):
     num_states, arcs, final = data
-    return sj.Fsa.from_arcs(as_rows(arcs, transducer), final, num_states=num_states,
-                            dtype=dtype)
+    return sj.Fsa.from_arcs(as_rows(arcs, transducer), final, num_states=num_states, dtype=dtype)
 
 
 def round_trip(fsa, **kwargs):
@@ -42,9 +41,12 @@ def assert_identical(back, fsa):
 
 
 @settings(max_examples=25, deadline=None)
-@given(data=st.lists(acyclic_fsas(transducer=True), min_size=1, max_size=3),
-       transducer=st.booleans(), dtype=st.sampled_from(["float32", "float64"]),
-       bucket=st.booleans())
+@given(
+    data=st.lists(acyclic_fsas(transducer=True), min_size=1, max_size=3),
+    transducer=st.booleans(),
+    dtype=st.sampled_from(["float32", "float64"]),
+    bucket=st.booleans(),
+)
 def test_round_trip_is_exact(data, transducer, dtype, bucket):
     fsas = [build(entry, transducer, dtype) for entry in data]
     if len({fsa.is_acceptor for fsa in fsas}) > 1:  # an arcless draw is an acceptor
@@ -81,16 +83,22 @@ def test_cyclic_fsas_round_trip(graph, dtype):
 
 def test_jax_leaves_and_derived_fsas(tmp_path):
     graph = sj.Fsa.from_arcs([(0, 0, 0, 0.0), (0, 1, 1, 0.0), (1, 1, 1, 0.0)], final=[1])
-    emissions = jnp.log(jnp.array([[[0.5, 0.5], [0.25, 0.75], [0.5, 0.5]],
-                                   [[0.1, 0.9], [0.2, 0.8], [0.3, 0.7]]], jnp.float32))
+    emissions = jnp.log(
+        jnp.array(
+            [[[0.5, 0.5], [0.25, 0.75], [0.5, 0.5]], [[0.1, 0.9], [0.2, 0.8], [0.3, 0.7]]],
+            jnp.float32,
+        )
+    )
     lattice = sj.intersect_dense(graph, emissions, lengths=np.array([3, 2]))
     path = tmp_path / "lattice.npz"
     sj.save(path, lattice, compress=True)
     back = sj.load(str(path))
     assert_identical(back, lattice)
     np.testing.assert_array_equal(sj.tot_score(back), sj.tot_score(lattice))
-    composed = sj.compose(sj.Fsa.from_arcs([(0, 1, 1, 2, 0.5)], final=[1]),
-                          sj.Fsa.from_arcs([(0, 1, 2, 3, 0.25)], final=[1]))
+    composed = sj.compose(
+        sj.Fsa.from_arcs([(0, 1, 1, 2, 0.5)], final=[1]),
+        sj.Fsa.from_arcs([(0, 1, 2, 3, 0.25)], final=[1]),
+    )
     assert_identical(round_trip(composed), composed)
     empty = sj.Fsa.from_openfst("", dtype="float64")
     assert_identical(round_trip(empty), empty)
@@ -109,8 +117,9 @@ def test_path_is_used_as_given(tmp_path):
 
 def saved_arrays(fsa=None):
     buffer = io.BytesIO()
-    sj.save(buffer, fsa if fsa is not None else sj.stack([sj.linear_fsa([1, 2]),
-                                                          sj.linear_fsa([3])]))
+    sj.save(
+        buffer, fsa if fsa is not None else sj.stack([sj.linear_fsa([1, 2]), sj.linear_fsa([3])])
+    )
     buffer.seek(0)
     with np.load(buffer) as data:
         return {name: data[name] for name in data.files}
@@ -141,37 +150,66 @@ def with_value(name, index, value):
     return arrays
 
 
-@pytest.mark.parametrize("arrays, message", [
-    (edited(format=np.array("other")), r"array 'format' is not 'semiring_jax.Fsa'"),
-    (edited(format=None), r"no array 'format'; not a file written by sj.save"),
-    (edited(version=np.array(2)), r"array 'version' is array\(2\); this semiring_jax reads "
-                                  r"version 1"),
-    (edited(arc_mask=None), r"array 'arc_mask' is missing"),
-    (edited(extra=np.zeros(3)), r"array 'extra' is not part of the version 1 layout"),
-    (edited(src=np.zeros((2, 2), np.int64)), r"array 'src' has dtype int64, expected int32"),
-    (edited(dst=np.zeros((2, 3), np.int32)), r"array 'dst' has shape \(2, 3\), expected "
-                                             r"\[..., A\] = \(2, 2\)"),
-    (edited(weight=np.zeros((2, 2), np.int32)), r"array 'weight' has dtype int32, expected "
-                                                r"float32 or float64"),
-    (edited(final_weight=np.zeros((2, 3), np.float64)),
-     r"array 'final_weight' has dtype float64, expected float32"),
-    (edited(batch_shape=np.array([3])), r"array 'src' has shape \(2, 2\), expected "
-                                        r"\[..., A\] = \(3, 2\)"),
-    (edited(is_acceptor=np.array([True])), r"array 'is_acceptor' has shape \(1,\)"),
-    (with_value("src", (1, 0), 7), r"array 'src' holds state 7 \(flat index 2\), out of "
-                                   r"range for S=3"),
-    (with_value("weight", (0, 1), np.nan), r"array 'weight' holds nan"),
-    (with_value("final_weight", (0, 2), np.inf), r"array 'final_weight' holds inf"),
-    (with_value("schedule.in_arc", (0, 0, 0, 0), 1),
-     r"array 'schedule.in_arc' does not match the structure of entry 0"),
-    (with_value("schedule.state_out_arcs", (1, 0, 0), 1),
-     r"array 'schedule.state_out_arcs' does not match the structure of entry 1"),
-    (with_value("schedule.real_sizes", (1, 1), 5), r"array 'schedule.real_sizes' holds "
-                                                   r"\[2, 5\] \(entry 1\)"),
-    (edited(**{"schedule.in_arc": np.zeros((2, 3, 1), np.int32)}),
-     r"array 'schedule.in_arc' has shape \(2, 3, 1\), expected \[..., L, R, K\]"),
-    (edited(cycle=np.array([0, 5])), r"array 'cycle' holds a state out of range"),
-])
+@pytest.mark.parametrize(
+    "arrays, message",
+    [
+        (edited(format=np.array("other")), r"array 'format' is not 'semiring_jax.Fsa'"),
+        (edited(format=None), r"no array 'format'; not a file written by sj.save"),
+        (
+            edited(version=np.array(2)),
+            r"array 'version' is array\(2\); this semiring_jax reads "
+            r"version 1",
+        ),
+        (edited(arc_mask=None), r"array 'arc_mask' is missing"),
+        (edited(extra=np.zeros(3)), r"array 'extra' is not part of the version 1 layout"),
+        (edited(src=np.zeros((2, 2), np.int64)), r"array 'src' has dtype int64, expected int32"),
+        (
+            edited(dst=np.zeros((2, 3), np.int32)),
+            r"array 'dst' has shape \(2, 3\), expected "
+            r"\[..., A\] = \(2, 2\)",
+        ),
+        (
+            edited(weight=np.zeros((2, 2), np.int32)),
+            r"array 'weight' has dtype int32, expected "
+            r"float32 or float64",
+        ),
+        (
+            edited(final_weight=np.zeros((2, 3), np.float64)),
+            r"array 'final_weight' has dtype float64, expected float32",
+        ),
+        (
+            edited(batch_shape=np.array([3])),
+            r"array 'src' has shape \(2, 2\), expected "
+            r"\[..., A\] = \(3, 2\)",
+        ),
+        (edited(is_acceptor=np.array([True])), r"array 'is_acceptor' has shape \(1,\)"),
+        (
+            with_value("src", (1, 0), 7),
+            r"array 'src' holds state 7 \(flat index 2\), out of "
+            r"range for S=3",
+        ),
+        (with_value("weight", (0, 1), np.nan), r"array 'weight' holds nan"),
+        (with_value("final_weight", (0, 2), np.inf), r"array 'final_weight' holds inf"),
+        (
+            with_value("schedule.in_arc", (0, 0, 0, 0), 1),
+            r"array 'schedule.in_arc' does not match the structure of entry 0",
+        ),
+        (
+            with_value("schedule.state_out_arcs", (1, 0, 0), 1),
+            r"array 'schedule.state_out_arcs' does not match the structure of entry 1",
+        ),
+        (
+            with_value("schedule.real_sizes", (1, 1), 5),
+            r"array 'schedule.real_sizes' holds "
+            r"\[2, 5\] \(entry 1\)",
+        ),
+        (
+            edited(**{"schedule.in_arc": np.zeros((2, 3, 1), np.int32)}),
+            r"array 'schedule.in_arc' has shape \(2, 3, 1\), expected \[..., L, R, K\]",
+        ),
+        (edited(cycle=np.array([0, 5])), r"array 'cycle' holds a state out of range"),
+    ],
+)
 def test_bad_files_name_the_array(arrays, message):
     with pytest.raises(ValueError, match=r"load: <file object>: " + message):
         load_arrays(arrays)
@@ -229,8 +267,11 @@ def test_float64_needs_x64():
     buffer.seek(0)
     jax.config.update("jax_enable_x64", False)
     try:
-        with pytest.raises(ValueError, match=r"load: <file object>: array 'weight': weight is "
-                                             r"float64 but jax_enable_x64 is off"):
+        with pytest.raises(
+            ValueError,
+            match=r"load: <file object>: array 'weight': weight is "
+            r"float64 but jax_enable_x64 is off",
+        ):
             sj.load(buffer)
     finally:
         jax.config.update("jax_enable_x64", True)

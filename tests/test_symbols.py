@@ -13,15 +13,17 @@ from tests import oracles
 from tests.strategies import acyclic_fsas, as_rows, padded
 
 # Symbols OpenFst's text format can hold: no space, tab or newline.
-SYMBOLS = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zs", "Zl", "Zp")),
-                  min_size=1, max_size=6)
+SYMBOLS = st.text(
+    st.characters(blacklist_categories=("Cs", "Cc", "Zs", "Zl", "Zp")), min_size=1, max_size=6
+)
 
 
 @st.composite
 def tables(draw):
     symbols = draw(st.lists(SYMBOLS, unique=True, max_size=8))
-    keys = draw(st.lists(st.integers(0, 2**40), unique=True, min_size=len(symbols),
-                         max_size=len(symbols)))
+    keys = draw(
+        st.lists(st.integers(0, 2**40), unique=True, min_size=len(symbols), max_size=len(symbols))
+    )
     return sj.SymbolTable(dict(zip(symbols, keys)), name="drawn")
 
 
@@ -43,28 +45,38 @@ def test_construction_lookup_and_order():
 
 def test_add_symbol_follows_openfst():
     ours, theirs = sj.SymbolTable(), pynini.SymbolTable()
-    for symbol, key in [("<eps>", None), ("a", 5), ("b", None), ("a", None), ("c", 2),
-                        ("d", None)]:
+    for symbol, key in [("<eps>", None), ("a", 5), ("b", None), ("a", None), ("c", 2), ("d", None)]:
         expected = theirs.add_symbol(symbol) if key is None else theirs.add_symbol(symbol, key)
         assert ours.add_symbol(symbol, key) == expected
     assert list(ours) == sorted(theirs)
 
 
-@pytest.mark.parametrize("call, error, message", [
-    (lambda t: t.find("zz"), ValueError, r"find: no symbol 'zz' in symbol table 'letters'"),
-    (lambda t: t.find(7), ValueError, r"find: no key 7 in symbol table 'letters'"),
-    (lambda t: t.find(-1), ValueError, r"key -1 is negative"),
-    (lambda t: t.find(1.5), TypeError, r"a key must be an int"),
-    (lambda t: t.add_symbol("a", 4), ValueError, r"symbol 'a' already has key 1, not 4"),
-    (lambda t: t.add_symbol("new", 0), ValueError, r"duplicate key 0 \(already symbol '<eps>'\)"),
-    (lambda t: t.add_symbol("two words"), ValueError, r"symbol 'two words' is empty or holds"),
-    (lambda t: t.add_symbol(""), ValueError, r"symbol '' is empty"),
-    (lambda t: t.add_symbol(3), TypeError, r"a symbol must be a str"),
-    (lambda t: t.add_symbol("x", -2), ValueError, r"key -2 is negative"),
-    (lambda t: sj.SymbolTable(["a", "a"]), ValueError, r"duplicate symbol 'a' \(already key 0\)"),
-    (lambda t: sj.SymbolTable({"a": 1, "b": 1}), ValueError, r"duplicate key 1"),
-    (lambda t: sj.SymbolTable("abc"), TypeError, r"got a single str"),
-])
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda t: t.find("zz"), ValueError, r"find: no symbol 'zz' in symbol table 'letters'"),
+        (lambda t: t.find(7), ValueError, r"find: no key 7 in symbol table 'letters'"),
+        (lambda t: t.find(-1), ValueError, r"key -1 is negative"),
+        (lambda t: t.find(1.5), TypeError, r"a key must be an int"),
+        (lambda t: t.add_symbol("a", 4), ValueError, r"symbol 'a' already has key 1, not 4"),
+        (
+            lambda t: t.add_symbol("new", 0),
+            ValueError,
+            r"duplicate key 0 \(already symbol '<eps>'\)",
+        ),
+        (lambda t: t.add_symbol("two words"), ValueError, r"symbol 'two words' is empty or holds"),
+        (lambda t: t.add_symbol(""), ValueError, r"symbol '' is empty"),
+        (lambda t: t.add_symbol(3), TypeError, r"a symbol must be a str"),
+        (lambda t: t.add_symbol("x", -2), ValueError, r"key -2 is negative"),
+        (
+            lambda t: sj.SymbolTable(["a", "a"]),
+            ValueError,
+            r"duplicate symbol 'a' \(already key 0\)",
+        ),
+        (lambda t: sj.SymbolTable({"a": 1, "b": 1}), ValueError, r"duplicate key 1"),
+        (lambda t: sj.SymbolTable("abc"), TypeError, r"got a single str"),
+    ],
+)
 def test_bad_lookups_and_updates_are_located(call, error, message):
     table = sj.SymbolTable(["<eps>", "a"], name="letters")
     with pytest.raises(error, match=message):
@@ -78,15 +90,18 @@ def test_text_format_reading():
     assert sj.SymbolTable.from_text("") == sj.SymbolTable()
 
 
-@pytest.mark.parametrize("text, message", [
-    ("a 0\nb\n", r"from_text: line 2: expected 'symbol key', got 'b'"),
-    ("a 0\nb 1 2\n", r"line 2: expected 'symbol key', got 'b 1 2'"),
-    ("a 0\n\nb x\n", r"line 3: key 'x' is not a non-negative integer in 'b x'"),
-    ("a -1\n", r"line 1: key '-1' is not a non-negative integer"),
-    ("a 1.0\n", r"line 1: key '1.0' is not a non-negative integer"),
-    ("a 0\nb 1\na 2\n", r"line 3: duplicate symbol 'a' \(already key 0\) in 'a 2'"),
-    ("a 0\nb 0\n", r"line 2: duplicate key 0 \(already symbol 'a'\) in 'b 0'"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("a 0\nb\n", r"from_text: line 2: expected 'symbol key', got 'b'"),
+        ("a 0\nb 1 2\n", r"line 2: expected 'symbol key', got 'b 1 2'"),
+        ("a 0\n\nb x\n", r"line 3: key 'x' is not a non-negative integer in 'b x'"),
+        ("a -1\n", r"line 1: key '-1' is not a non-negative integer"),
+        ("a 1.0\n", r"line 1: key '1.0' is not a non-negative integer"),
+        ("a 0\nb 1\na 2\n", r"line 3: duplicate symbol 'a' \(already key 0\) in 'a 2'"),
+        ("a 0\nb 0\n", r"line 2: duplicate key 0 \(already symbol 'a'\) in 'b 0'"),
+    ],
+)
 def test_bad_text_names_the_line(text, message):
     with pytest.raises(ValueError, match=message):
         sj.SymbolTable.from_text(text)
@@ -132,34 +147,38 @@ DIGITS = sj.SymbolTable({"<eps>": 0, "one": 1, "two": 2, "three": 3, "four": 4})
 @given(data=acyclic_fsas(transducer=True), transducer=st.booleans())
 def test_symbol_text_matches_pynini_print(data, transducer):
     num_states, arcs, final = data
-    fsa = sj.Fsa.from_arcs(as_rows(arcs, transducer), final, num_states=num_states,
-                           dtype="float64")
+    fsa = sj.Fsa.from_arcs(as_rows(arcs, transducer), final, num_states=num_states, dtype="float64")
     transducer = not fsa.is_acceptor  # no arcs: an acceptor
     osymbols = DIGITS if transducer else None
     text = fsa.to_openfst(isymbols=LETTERS, osymbols=osymbols)
-    back = sj.Fsa.from_openfst(text, dtype="float64", isymbols=LETTERS, osymbols=osymbols,
-                               acceptor=not transducer)
+    back = sj.Fsa.from_openfst(
+        text, dtype="float64", isymbols=LETTERS, osymbols=osymbols, acceptor=not transducer
+    )
     # What pynini prints of the same FST (built independently) reads back alike.
     if not transducer:
         arcs = [(s, d, i, i, w) for s, d, i, _, w in arcs]
     fst = oracles.to_pynini(num_states, arcs, final, "log64")
-    printed = fst.print(isymbols=LETTERS.to_pynini(),
-                        osymbols=(DIGITS if transducer else LETTERS).to_pynini(),
-                        acceptor=not transducer)
-    theirs = sj.Fsa.from_openfst(printed, dtype="float64", isymbols=LETTERS,
-                                 osymbols=osymbols, acceptor=not transducer)
+    printed = fst.print(
+        isymbols=LETTERS.to_pynini(),
+        osymbols=(DIGITS if transducer else LETTERS).to_pynini(),
+        acceptor=not transducer,
+    )
+    theirs = sj.Fsa.from_openfst(
+        printed, dtype="float64", isymbols=LETTERS, osymbols=osymbols, acceptor=not transducer
+    )
     # The same arcs, labels written as the same symbols.
     width = 4 if transducer else 3
-    arc_fields = lambda text: sorted(line.split()[:width] for line in text.splitlines()
-                                     if len(line.split()) > 2)
+    arc_fields = lambda text: sorted(
+        line.split()[:width] for line in text.splitlines() if len(line.split()) > 2
+    )
     assert arc_fields(text) == arc_fields(printed)
     for semiring in [sj.LOG, sj.TROPICAL]:  # padded: one shape, one compile
         expected = float(sj.tot_score(padded(fsa), semiring))
-        assert float(sj.tot_score(padded(back), semiring)) == pytest.approx(expected,
-                                                                           rel=1e-12)
+        assert float(sj.tot_score(padded(back), semiring)) == pytest.approx(expected, rel=1e-12)
         # pynini prints 6 significant digits.
         assert float(sj.tot_score(padded(theirs), semiring)) == pytest.approx(
-            expected, rel=1e-5, abs=1e-5)
+            expected, rel=1e-5, abs=1e-5
+        )
     if (fsa.src[1:] >= fsa.src[:-1]).all():  # arcs already leave state 0 first
         np.testing.assert_array_equal(back.ilabel, fsa.ilabel)
         np.testing.assert_array_equal(back.olabel, fsa.olabel)
@@ -172,7 +191,8 @@ def test_symbols_in_text():
     np.testing.assert_array_equal(fsa.ilabel, [1, 2, 3])
     np.testing.assert_array_equal(fsa.olabel, [1, 2, 0])
     assert fsa.to_openfst(isymbols=LETTERS, osymbols=DIGITS) == (
-        "0\t1\ta\tone\t0.5\n0\t1\tb\ttwo\t0.0\n1\t2\tc\t<eps>\t1.5\n2\t-1.0\n")
+        "0\t1\ta\tone\t0.5\n0\t1\tb\ttwo\t0.0\n1\t2\tc\t<eps>\t1.5\n2\t-1.0\n"
+    )
     # Only one column named: the other stays numeric.
     assert "0\t1\t1\tone\t0.5\n" in fsa.to_openfst(osymbols=DIGITS)
     # An acceptor's one column uses whichever table is given.
@@ -189,22 +209,30 @@ def test_symbols_in_text():
     assert float(sj.tot_score(sj.Fsa.from_openfst("", isymbols=LETTERS))) == -math.inf
 
 
-@pytest.mark.parametrize("text, kwargs, message", [
-    ("0 1 a\n1 2 zz\n2\n", dict(isymbols=LETTERS), r"line 2: symbol 'zz' is not in isymbols"),
-    ("0 1 a one\n0 1 b eleven\n1\n", dict(isymbols=LETTERS, osymbols=DIGITS),
-     r"line 2: symbol 'eleven' is not in osymbols, in '0 1 b eleven'"),
-    ("0 1 a one 0.5\n1\n", dict(isymbols=LETTERS), r"line 1: expected an integer, got 'one'"),
-    ("0 1 a\n1\n", dict(isymbols=LETTERS, osymbols=DIGITS),
-     r"an acceptor has one label column, but isymbols and osymbols differ"),
-])
+@pytest.mark.parametrize(
+    "text, kwargs, message",
+    [
+        ("0 1 a\n1 2 zz\n2\n", dict(isymbols=LETTERS), r"line 2: symbol 'zz' is not in isymbols"),
+        (
+            "0 1 a one\n0 1 b eleven\n1\n",
+            dict(isymbols=LETTERS, osymbols=DIGITS),
+            r"line 2: symbol 'eleven' is not in osymbols, in '0 1 b eleven'",
+        ),
+        ("0 1 a one 0.5\n1\n", dict(isymbols=LETTERS), r"line 1: expected an integer, got 'one'"),
+        (
+            "0 1 a\n1\n",
+            dict(isymbols=LETTERS, osymbols=DIGITS),
+            r"an acceptor has one label column, but isymbols and osymbols differ",
+        ),
+    ],
+)
 def test_unknown_symbols_name_the_line(text, kwargs, message):
     with pytest.raises(ValueError, match=message):
         sj.Fsa.from_openfst(text, **kwargs)
 
 
 def test_unknown_labels_name_the_arc():
-    fsa = sj.Fsa.from_arcs([(0, 1, 1, 1, 0.0), (1, 2, 9, 2, 0.0), (1, 2, 2, 7, 0.0)],
-                           final=[2])
+    fsa = sj.Fsa.from_arcs([(0, 1, 1, 1, 0.0), (1, 2, 9, 2, 0.0), (1, 2, 2, 7, 0.0)], final=[2])
     with pytest.raises(ValueError, match=r"to_openfst: arc 1 has ilabel=9, which isymbols"):
         fsa.to_openfst(isymbols=LETTERS)
     with pytest.raises(ValueError, match=r"to_openfst: arc 2 has olabel=7, which osymbols"):

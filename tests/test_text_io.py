@@ -13,8 +13,9 @@ from tests.strategies import acyclic_fsas, as_rows
 
 def build(data, transducer):
     num_states, arcs, final = data
-    return sj.Fsa.from_arcs(as_rows(arcs, transducer), final, num_states=num_states,
-                            dtype="float64")
+    return sj.Fsa.from_arcs(
+        as_rows(arcs, transducer), final, num_states=num_states, dtype="float64"
+    )
 
 
 def assert_same_fsa(a, b, num_states=None):
@@ -39,12 +40,13 @@ def test_openfst_round_trip_keeps_the_language(data):
     fsa = build(data, transducer=True)
     back = sj.Fsa.from_openfst(fsa.to_openfst(), acceptor=False, dtype="float64")
     for semiring in [sj.LOG, sj.TROPICAL]:
-        np.testing.assert_allclose(sj.tot_score(back, semiring), sj.tot_score(fsa, semiring),
-                                   rtol=1e-12)
+        np.testing.assert_allclose(
+            sj.tot_score(back, semiring), sj.tot_score(fsa, semiring), rtol=1e-12
+        )
     not_from_start = np.asarray(fsa.src) != 0
     if (np.diff(not_from_start.astype(int)) >= 0).all():
         # Arc order is kept when state 0's arcs already come first.
-        np.testing.assert_array_equal(back.weight[:len(data[1])], fsa.weight)
+        np.testing.assert_array_equal(back.weight[: len(data[1])], fsa.weight)
 
 
 def test_openfst_text_agrees_with_pynini():
@@ -57,9 +59,15 @@ def test_openfst_text_agrees_with_pynini():
     for line in text.splitlines():
         fields = line.split()
         if len(fields) >= 4:
-            fst.add_arc(int(fields[0]), pynini.Arc(int(fields[2]), int(fields[3]),
-                                                   pynini.Weight("log", float(fields[4])),
-                                                   int(fields[1])))
+            fst.add_arc(
+                int(fields[0]),
+                pynini.Arc(
+                    int(fields[2]),
+                    int(fields[3]),
+                    pynini.Weight("log", float(fields[4])),
+                    int(fields[1]),
+                ),
+            )
         else:
             cost = float(fields[1]) if len(fields) > 1 else 0.0
             fst.set_final(int(fields[0]), pynini.Weight("log", cost))
@@ -93,27 +101,33 @@ def test_openfst_start_without_arcs_round_trips():
     assert float(sj.tot_score(back)) == -math.inf
 
 
-@pytest.mark.parametrize("text, message", [
-    ("0 1 a 0.5\n", r"from_openfst: line 1: expected an integer, got 'a'"),
-    ("0 1 2 3\n1\n0 1 2\n", r"line 3: .* mixes acceptor and transducer arcs"),
-    ("0 1 2 3 4 5\n", r"line 1: expected 'src dst ilabel \[olabel\] \[weight\]'"),
-    ("0 1 2 x\n", r"line 1: expected a number, got 'x'"),
-    ("0 1 2\n\n1 nan\n", r"line 3: expected a number, got 'nan'"),
-    ("0 1 2 -inf\n", r"line 1: cost -inf"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("0 1 a 0.5\n", r"from_openfst: line 1: expected an integer, got 'a'"),
+        ("0 1 2 3\n1\n0 1 2\n", r"line 3: .* mixes acceptor and transducer arcs"),
+        ("0 1 2 3 4 5\n", r"line 1: expected 'src dst ilabel \[olabel\] \[weight\]'"),
+        ("0 1 2 x\n", r"line 1: expected a number, got 'x'"),
+        ("0 1 2\n\n1 nan\n", r"line 3: expected a number, got 'nan'"),
+        ("0 1 2 -inf\n", r"line 1: cost -inf"),
+    ],
+)
 def test_openfst_errors_name_the_line(text, message):
     with pytest.raises(ValueError, match=message):
         sj.Fsa.from_openfst(text)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("0 1 5 0.5\n1 2 -1 0.0\n", r"from_k2: the last line must name the final state"),
-    ("0 1 5 0.5\n1 2 5 0.0\n2\n", r"line 2: arcs into the final state 2 must have label -1"),
-    ("0 1 -1 0.5\n1 2 -1 0.0\n2\n", r"line 1: arcs into the final state 2 must have label -1"),
-    ("0 2 -1 0.5\n0 2 -1 0.0\n2\n", r"line 2: state 0 has a second final arc"),
-    ("0 1 5\n1\n", r"line 1: expected 'src dst label score'"),
-    ("0 3 5 0.5\n2\n", r"line 1: state 3 is above the final state 2"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("0 1 5 0.5\n1 2 -1 0.0\n", r"from_k2: the last line must name the final state"),
+        ("0 1 5 0.5\n1 2 5 0.0\n2\n", r"line 2: arcs into the final state 2 must have label -1"),
+        ("0 1 -1 0.5\n1 2 -1 0.0\n2\n", r"line 1: arcs into the final state 2 must have label -1"),
+        ("0 2 -1 0.5\n0 2 -1 0.0\n2\n", r"line 2: state 0 has a second final arc"),
+        ("0 1 5\n1\n", r"line 1: expected 'src dst label score'"),
+        ("0 3 5 0.5\n2\n", r"line 1: state 3 is above the final state 2"),
+    ],
+)
 def test_k2_errors_name_the_line(text, message):
     with pytest.raises(ValueError, match=message):
         sj.Fsa.from_k2(text)

@@ -17,14 +17,12 @@ from tests.strategies import acyclic_fsas, as_rows, padded
 SETTINGS = settings(max_examples=60, deadline=None)
 TOL = {"float32": dict(rtol=2e-5, atol=2e-5), "float64": dict(rtol=1e-10, atol=1e-10)}
 SEMIRINGS = {"log": sj.LOG, "tropical": sj.TROPICAL}
-REAL = sj.Semiring(name="real", plus=jnp.add, times=jnp.multiply, sum=jnp.sum,
-                   zero=0.0, one=1.0)
+REAL = sj.Semiring(name="real", plus=jnp.add, times=jnp.multiply, sum=jnp.sum, zero=0.0, one=1.0)
 
 
 def build(data, dtype, transducer=False):
     num_states, arcs, final = data
-    return sj.Fsa.from_arcs(as_rows(arcs, transducer), final, num_states=num_states,
-                            dtype=dtype)
+    return sj.Fsa.from_arcs(as_rows(arcs, transducer), final, num_states=num_states, dtype=dtype)
 
 
 def build_padded(data, dtype):
@@ -55,12 +53,17 @@ def check_log_scores(fsa, data, dtype):
     num_states, arcs, _ = data
     tol = TOL[dtype]
     np.testing.assert_allclose(sj.tot_score(fsa), oracles.brute_tot_score(*data, "log"), **tol)
-    np.testing.assert_allclose(unpad(sj.forward_scores(fsa), num_states),
-                               oracles.brute_forward_scores(*data, "log"), **tol)
-    np.testing.assert_allclose(unpad(sj.backward_scores(fsa), num_states),
-                               oracles.brute_backward_scores(*data, "log"), **tol)
-    np.testing.assert_allclose(unpad(sj.arc_posteriors(fsa), len(arcs)),
-                               oracles.brute_arc_posteriors(*data, "log"), **tol)
+    np.testing.assert_allclose(
+        unpad(sj.forward_scores(fsa), num_states), oracles.brute_forward_scores(*data, "log"), **tol
+    )
+    np.testing.assert_allclose(
+        unpad(sj.backward_scores(fsa), num_states),
+        oracles.brute_backward_scores(*data, "log"),
+        **tol,
+    )
+    np.testing.assert_allclose(
+        unpad(sj.arc_posteriors(fsa), len(arcs)), oracles.brute_arc_posteriors(*data, "log"), **tol
+    )
     assert sj.tot_score(fsa).dtype == dtype
 
 
@@ -84,14 +87,19 @@ def test_tropical_scores_match_brute_force(data, dtype):
     tol = TOL[dtype]
     best = oracles.brute_tot_score(*data, "tropical")
     np.testing.assert_allclose(sj.tot_score(fsa, sj.TROPICAL), best, **tol)
-    np.testing.assert_allclose(unpad(sj.forward_scores(fsa, sj.TROPICAL), num_states),
-                               oracles.brute_forward_scores(*data, "tropical"), **tol)
-    np.testing.assert_allclose(unpad(sj.backward_scores(fsa, sj.TROPICAL), num_states),
-                               oracles.brute_backward_scores(*data, "tropical"), **tol)
+    np.testing.assert_allclose(
+        unpad(sj.forward_scores(fsa, sj.TROPICAL), num_states),
+        oracles.brute_forward_scores(*data, "tropical"),
+        **tol,
+    )
+    np.testing.assert_allclose(
+        unpad(sj.backward_scores(fsa, sj.TROPICAL), num_states),
+        oracles.brute_backward_scores(*data, "tropical"),
+        **tol,
+    )
     indicator = unpad(sj.arc_posteriors(fsa, sj.TROPICAL), len(arcs))
     if dtype == "float64":  # sums are bit-exact, so ties break identically
-        np.testing.assert_array_equal(indicator,
-                                      oracles.brute_arc_posteriors(*data, "tropical"))
+        np.testing.assert_array_equal(indicator, oracles.brute_arc_posteriors(*data, "tropical"))
     else:  # float32 rounding may reorder near-ties: check it is a best path
         chosen = np.flatnonzero(indicator)
         assert set(np.unique(indicator)) <= {0.0, 1.0}
@@ -114,14 +122,22 @@ def test_user_semiring_matches_brute_force(data):
     fsa = build(exp_data, "float64")
     fsa = padded(fsa).replace(
         final_weight=np.append(exp_final_array(exp_data), np.zeros(6 - num_states)),
-        weight=np.append(np.asarray(fsa.weight[:len(arcs)]), np.zeros(12 - len(arcs))))
+        weight=np.append(np.asarray(fsa.weight[: len(arcs)]), np.zeros(12 - len(arcs))),
+    )
     tol = TOL["float64"]
-    np.testing.assert_allclose(sj.tot_score(fsa, REAL),
-                               oracles.brute_tot_score(*exp_data, "real"), **tol)
-    np.testing.assert_allclose(unpad(sj.forward_scores(fsa, REAL), num_states),
-                               oracles.brute_forward_scores(*exp_data, "real"), **tol)
-    np.testing.assert_allclose(unpad(sj.backward_scores(fsa, REAL), num_states),
-                               oracles.brute_backward_scores(*exp_data, "real"), **tol)
+    np.testing.assert_allclose(
+        sj.tot_score(fsa, REAL), oracles.brute_tot_score(*exp_data, "real"), **tol
+    )
+    np.testing.assert_allclose(
+        unpad(sj.forward_scores(fsa, REAL), num_states),
+        oracles.brute_forward_scores(*exp_data, "real"),
+        **tol,
+    )
+    np.testing.assert_allclose(
+        unpad(sj.backward_scores(fsa, REAL), num_states),
+        oracles.brute_backward_scores(*exp_data, "real"),
+        **tol,
+    )
 
 
 def exp_final_array(data):
@@ -138,33 +154,56 @@ def exp_final_array(data):
 def test_gradient_is_posteriors(data, dtype):
     num_states, arcs, _ = data
     fsa = build_padded(data, dtype)
-    grads = jax.grad(lambda w, f: sj.tot_score(fsa.replace(weight=w, final_weight=f)),
-                     argnums=(0, 1))(fsa.weight, fsa.final_weight)
+    grads = jax.grad(
+        lambda w, f: sj.tot_score(fsa.replace(weight=w, final_weight=f)), argnums=(0, 1)
+    )(fsa.weight, fsa.final_weight)
     chex.assert_tree_all_finite(grads)
     np.testing.assert_allclose(grads[0], sj.arc_posteriors(fsa), **TOL[dtype])
-    np.testing.assert_allclose(unpad(grads[1], num_states), final_posteriors(data),
-                               **TOL[dtype])
-    assert not np.any(unpad(grads[0], 12)[len(arcs):])  # padding arcs: exactly 0
+    np.testing.assert_allclose(unpad(grads[1], num_states), final_posteriors(data), **TOL[dtype])
+    assert not np.any(unpad(grads[0], 12)[len(arcs) :])  # padding arcs: exactly 0
     tropical = jax.grad(lambda w: sj.tot_score(fsa.replace(weight=w), sj.TROPICAL))(fsa.weight)
     np.testing.assert_array_equal(tropical, sj.arc_posteriors(fsa, sj.TROPICAL))
 
 
 def test_every_op_under_jit(transform, dtype):
-    data = (5, [(0, 1, 1, 1, 0.5), (0, 2, 2, 2, -1.0), (1, 3, 0, 0, 0.25), (2, 3, 3, 3, 1.0),
-                (1, 3, 1, 1, 2.0), (3, 4, 2, 2, 0.0)], {3: 0.5, 4: -0.5})
+    data = (
+        5,
+        [
+            (0, 1, 1, 1, 0.5),
+            (0, 2, 2, 2, -1.0),
+            (1, 3, 0, 0, 0.25),
+            (2, 3, 3, 3, 1.0),
+            (1, 3, 1, 1, 2.0),
+            (3, 4, 2, 2, 0.0),
+        ],
+        {3: 0.5, 4: -0.5},
+    )
     fsa = build(data, dtype)
     for name, semiring in SEMIRINGS.items():
-        np.testing.assert_allclose(transform(sj.tot_score)(fsa, semiring),
-                                   oracles.brute_tot_score(*data, name), **TOL[dtype])
-        np.testing.assert_allclose(transform(sj.forward_scores)(fsa, semiring),
-                                   oracles.brute_forward_scores(*data, name), **TOL[dtype])
-        np.testing.assert_allclose(transform(sj.backward_scores)(fsa, semiring),
-                                   oracles.brute_backward_scores(*data, name), **TOL[dtype])
-        np.testing.assert_allclose(transform(sj.arc_posteriors)(fsa, semiring),
-                                   oracles.brute_arc_posteriors(*data, name), **TOL[dtype])
+        np.testing.assert_allclose(
+            transform(sj.tot_score)(fsa, semiring),
+            oracles.brute_tot_score(*data, name),
+            **TOL[dtype],
+        )
+        np.testing.assert_allclose(
+            transform(sj.forward_scores)(fsa, semiring),
+            oracles.brute_forward_scores(*data, name),
+            **TOL[dtype],
+        )
+        np.testing.assert_allclose(
+            transform(sj.backward_scores)(fsa, semiring),
+            oracles.brute_backward_scores(*data, name),
+            **TOL[dtype],
+        )
+        np.testing.assert_allclose(
+            transform(sj.arc_posteriors)(fsa, semiring),
+            oracles.brute_arc_posteriors(*data, name),
+            **TOL[dtype],
+        )
         grad = transform(jax.grad(lambda f: sj.tot_score(f, semiring), allow_int=True))(fsa)
-        np.testing.assert_allclose(grad.weight, oracles.brute_arc_posteriors(*data, name),
-                                   **TOL[dtype])
+        np.testing.assert_allclose(
+            grad.weight, oracles.brute_arc_posteriors(*data, name), **TOL[dtype]
+        )
 
 
 def test_replace_does_not_retrace():
@@ -193,8 +232,7 @@ def test_matches_openfst_on_large_dags(semiring):
     np.testing.assert_allclose(sj.tot_score(fsa, SEMIRINGS[semiring]), backward[0], **tol)
     # float32 stays close to the float64 result at this size.
     fsa32 = build(data, "float32")
-    np.testing.assert_allclose(sj.tot_score(fsa32, SEMIRINGS[semiring]), backward[0],
-                               rtol=1e-5)
+    np.testing.assert_allclose(sj.tot_score(fsa32, SEMIRINGS[semiring]), backward[0], rtol=1e-5)
 
 
 def reference_tot_score(data, weight, final_weight, semiring):
@@ -215,16 +253,29 @@ def topological_order(num_states, arcs):
     remaining = set(range(num_states))
     order = []
     while remaining:
-        ready = sorted(s for s in remaining
-                       if not any(dst == s and src in remaining for src, dst, *_ in arcs))
+        ready = sorted(
+            s for s in remaining if not any(dst == s and src in remaining for src, dst, *_ in arcs)
+        )
         order += ready
         remaining -= set(ready)
     return order
 
 
-FIXED = (6, [(0, 1, 1, 1, 0.3), (0, 2, 2, 2, -0.7), (1, 3, 0, 0, 0.25), (2, 3, 3, 3, 1.1),
-             (1, 3, 1, 1, 0.9), (3, 4, 2, 2, -0.2), (2, 4, 1, 1, 0.4), (4, 5, 1, 1, 0.05),
-             (3, 5, 2, 2, 0.6)], {3: 0.5, 4: -0.5, 5: 0.1})
+FIXED = (
+    6,
+    [
+        (0, 1, 1, 1, 0.3),
+        (0, 2, 2, 2, -0.7),
+        (1, 3, 0, 0, 0.25),
+        (2, 3, 3, 3, 1.1),
+        (1, 3, 1, 1, 0.9),
+        (3, 4, 2, 2, -0.2),
+        (2, 4, 1, 1, 0.4),
+        (4, 5, 1, 1, 0.05),
+        (3, 5, 2, 2, 0.6),
+    ],
+    {3: 0.5, 4: -0.5, 5: 0.1},
+)
 
 
 @pytest.mark.parametrize("semiring", ["log", "tropical"])
@@ -232,8 +283,9 @@ def test_finite_differences(semiring):
     fsa = build(FIXED, "float64")
     score = lambda w, f: sj.tot_score(fsa.replace(weight=w, final_weight=f), SEMIRINGS[semiring])
     # TROPICAL is piecewise linear: FIXED has no ties, so a small step is safe.
-    jax.test_util.check_grads(score, (fsa.weight, fsa.final_weight), order=1, modes=("rev",),
-                              eps=1e-6)
+    jax.test_util.check_grads(
+        score, (fsa.weight, fsa.final_weight), order=1, modes=("rev",), eps=1e-6
+    )
 
 
 def test_second_order_matches_autodiff_reference():
@@ -241,7 +293,8 @@ def test_second_order_matches_autodiff_reference():
     final = jnp.asarray(fsa.final_weight)
     ours = jax.jacrev(jax.grad(lambda w: sj.tot_score(fsa.replace(weight=w))))(fsa.weight)
     reference = jax.hessian(lambda w: reference_tot_score(FIXED, w, final, "log"))(
-        jnp.asarray(fsa.weight))
+        jnp.asarray(fsa.weight)
+    )
     np.testing.assert_allclose(ours, reference, rtol=1e-10, atol=1e-12)
     # A function of the posteriors, differentiated in reverse mode.
     entropy_like = lambda w: jnp.sum(sj.arc_posteriors(fsa.replace(weight=w)) ** 2)
@@ -249,19 +302,22 @@ def test_second_order_matches_autodiff_reference():
     np.testing.assert_allclose(
         jax.grad(entropy_like)(fsa.weight),
         jax.grad(lambda w: jnp.sum(reference_posteriors(w) ** 2))(jnp.asarray(fsa.weight)),
-        rtol=1e-10, atol=1e-12)
-    jax.test_util.check_grads(lambda w: sj.tot_score(fsa.replace(weight=w)), (fsa.weight,),
-                              order=2, modes=("rev",))
+        rtol=1e-10,
+        atol=1e-12,
+    )
+    jax.test_util.check_grads(
+        lambda w: sj.tot_score(fsa.replace(weight=w)), (fsa.weight,), order=2, modes=("rev",)
+    )
 
 
 @pytest.mark.parametrize("semiring", ["log", "tropical"])
 def test_first_order_matches_autodiff_reference(semiring, dtype):
     fsa = build(FIXED, dtype)
     final = jnp.asarray(fsa.final_weight)
-    ours = jax.grad(lambda w: sj.tot_score(fsa.replace(weight=w), SEMIRINGS[semiring]))(
-        fsa.weight)
+    ours = jax.grad(lambda w: sj.tot_score(fsa.replace(weight=w), SEMIRINGS[semiring]))(fsa.weight)
     reference = jax.grad(lambda w: reference_tot_score(FIXED, w, final, semiring))(
-        jnp.asarray(fsa.weight))
+        jnp.asarray(fsa.weight)
+    )
     np.testing.assert_allclose(ours, reference, **TOL[dtype])
 
 
@@ -269,8 +325,11 @@ NO_NAN_CASES = {
     "no path": (3, [(0, 1, 1, 1, 0.5)], {2: 0.0}),
     "no final state": (2, [(0, 1, 1, 1, 0.5)], {}),
     "all -inf weights": (3, [(0, 1, 1, 1, -math.inf), (1, 2, 1, 1, -math.inf)], {2: 0.0}),
-    "unreachable states": (5, [(3, 4, 1, 1, 1.0), (4, 0, 1, 1, 1.0), (0, 1, 2, 2, 0.5),
-                               (3, 1, 1, 1, 2.0)], {1: 0.0, 4: 0.0}),
+    "unreachable states": (
+        5,
+        [(3, 4, 1, 1, 1.0), (4, 0, 1, 1, 1.0), (0, 1, 2, 2, 0.5), (3, 1, 1, 1, 2.0)],
+        {1: 0.0, 4: 0.0},
+    ),
     "single state": (1, [], {0: 0.5}),
     "dead state": (3, [(0, 1, 1, 1, 0.5), (0, 2, 1, 1, 0.5)], {1: 0.0}),
 }
@@ -285,16 +344,20 @@ def test_gradients_finite_and_exact(case, semiring, dtype):
         grad = jax.grad(lambda f: sj.tot_score(f, SEMIRINGS[semiring]), allow_int=True)(fsa)
         second = jax.jacrev(jax.grad(lambda w: sj.tot_score(fsa.replace(weight=w))))(fsa.weight)
     chex.assert_tree_all_finite((grad.weight, grad.final_weight, second))
-    np.testing.assert_allclose(unpad(grad.weight, len(data[1])),
-                               oracles.brute_arc_posteriors(*data, semiring), **TOL[dtype])
-    assert not np.any(unpad(grad.weight, 12)[len(data[1]):])
+    np.testing.assert_allclose(
+        unpad(grad.weight, len(data[1])),
+        oracles.brute_arc_posteriors(*data, semiring),
+        **TOL[dtype],
+    )
+    assert not np.any(unpad(grad.weight, 12)[len(data[1]) :])
     if oracles.brute_tot_score(*data, semiring) == -math.inf:
         assert sj.tot_score(fsa, SEMIRINGS[semiring]) == -np.inf
         assert not np.any(grad.weight) and not np.any(grad.final_weight)
 
 
-@pytest.mark.parametrize("op", [sj.tot_score, sj.forward_scores, sj.backward_scores,
-                                sj.arc_posteriors, sj.best_path])
+@pytest.mark.parametrize(
+    "op", [sj.tot_score, sj.forward_scores, sj.backward_scores, sj.arc_posteriors, sj.best_path]
+)
 def test_cycle_is_refused_naming_a_state(op):
     fsa = sj.Fsa.from_arcs([(0, 1, 1, 0.0), (1, 2, 1, 0.0), (2, 1, 1, 0.0)], final=[2])
     cycle = r"state [12] lies on a cycle \((1 -> 2 -> 1|2 -> 1 -> 2)\)"

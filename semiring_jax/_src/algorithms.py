@@ -57,29 +57,57 @@ def parts_of(fsa: Fsa, fn: str) -> structure.Parts:
         is_final = np.ones(fsa.num_states, bool)
     else:
         is_final = np.asarray(fsa.final_weight) > -np.inf
-    return structure.Parts(fsa.num_states, pick("src"), pick("dst"), pick("ilabel"),
-                           pick("olabel"), is_final, fsa.is_acceptor)
+    return structure.Parts(
+        fsa.num_states,
+        pick("src"),
+        pick("dst"),
+        pick("ilabel"),
+        pick("olabel"),
+        is_final,
+        fsa.is_acceptor,
+    )
 
 
-def placeholder(num_states: int, src: npt.ArrayLike, dst: npt.ArrayLike, ilabel: npt.ArrayLike,
-                olabel: npt.ArrayLike, dtype: npt.DTypeLike, is_acceptor: bool) -> Fsa:
+def placeholder(
+    num_states: int,
+    src: npt.ArrayLike,
+    dst: npt.ArrayLike,
+    ilabel: npt.ArrayLike,
+    olabel: npt.ArrayLike,
+    dtype: npt.DTypeLike,
+    is_acceptor: bool,
+) -> Fsa:
     """An Fsa of the given structure whose weights are still to be set
     (arcs 0, final -inf), for `replace(weight=..., final_weight=...)`."""
     as32 = lambda values: np.asarray(values, np.int32)
     src = as32(src)
-    return assemble(build.ArcArrays(
-        num_states, src, as32(dst), as32(ilabel), as32(olabel),
-        np.zeros(len(src), dtype), np.full(num_states, -np.inf, dtype), is_acceptor))
+    return assemble(
+        build.ArcArrays(
+            num_states,
+            src,
+            as32(dst),
+            as32(ilabel),
+            as32(olabel),
+            np.zeros(len(src), dtype),
+            np.full(num_states, -np.inf, dtype),
+            is_acceptor,
+        )
+    )
 
 
 def _from_sources(result: structure.Result, sources: jax.Array) -> Fsa:
     """The result Fsa; each weight is the product (sum of scores) of its
     sources' entries."""
-    combine = lambda index: (sources[index] if index.ndim == 1
-                             else jnp.sum(sources[index], axis=-1))
-    return placeholder(result.num_states, result.src, result.dst, result.ilabel, result.olabel,
-                       sources.dtype, result.is_acceptor).replace(
-        weight=combine(result.arc_source), final_weight=combine(result.final_source))
+    combine = lambda index: sources[index] if index.ndim == 1 else jnp.sum(sources[index], axis=-1)
+    return placeholder(
+        result.num_states,
+        result.src,
+        result.dst,
+        result.ilabel,
+        result.olabel,
+        sources.dtype,
+        result.is_acceptor,
+    ).replace(weight=combine(result.arc_source), final_weight=combine(result.final_source))
 
 
 def _assemble(operands: Sequence[Fsa], result: structure.Result) -> Fsa:
@@ -92,21 +120,36 @@ def _assemble(operands: Sequence[Fsa], result: structure.Result) -> Fsa:
     return _from_sources(result, jnp.concatenate([*pieces, jnp.array([-jnp.inf, 0.0], dtype)]))
 
 
-def trimmed_fsa(num_states: int, src: npt.ArrayLike, dst: npt.ArrayLike, ilabel: npt.ArrayLike,
-                olabel: npt.ArrayLike, is_final: np.ndarray,
-                arc_weight: jax.Array, final_weight: jax.Array, is_acceptor: bool) -> Fsa:
+def trimmed_fsa(
+    num_states: int,
+    src: npt.ArrayLike,
+    dst: npt.ArrayLike,
+    ilabel: npt.ArrayLike,
+    olabel: npt.ArrayLike,
+    is_final: np.ndarray,
+    arc_weight: jax.Array,
+    final_weight: jax.Array,
+    is_acceptor: bool,
+) -> Fsa:
     """An Fsa of computed weights ([A], [S]), trimmed to the states on a
     successful path (start kept); `is_final` [S] is the structure's."""
     src = np.asarray(src)
     num_arcs = len(src)
-    sources = structure.Sources([0], [num_arcs], num_arcs + num_states,
-                                num_arcs + num_states + 1)
+    sources = structure.Sources([0], [num_arcs], num_arcs + num_states, num_arcs + num_states + 1)
     final_source = np.where(is_final, num_arcs + np.arange(num_states), sources.zero)
-    result = structure.Result(num_states, src, np.asarray(dst), np.asarray(ilabel),
-                              np.asarray(olabel), np.arange(num_arcs), final_source,
-                              is_acceptor)
-    values = jnp.concatenate([arc_weight, final_weight,
-                              jnp.array([-jnp.inf, 0.0], arc_weight.dtype)])
+    result = structure.Result(
+        num_states,
+        src,
+        np.asarray(dst),
+        np.asarray(ilabel),
+        np.asarray(olabel),
+        np.arange(num_arcs),
+        final_source,
+        is_acceptor,
+    )
+    values = jnp.concatenate(
+        [arc_weight, final_weight, jnp.array([-jnp.inf, 0.0], arc_weight.dtype)]
+    )
     return _from_sources(structure.trimmed(result, sources), values)
 
 
@@ -114,13 +157,18 @@ def check_operands(operands: Sequence[Fsa], fn: str, same_kind: bool = True) -> 
     check_alike(operands, fn, lambda i: f"operand {i}", same_kind=same_kind)
     for i, fsa in enumerate(operands):
         if fsa.batch_shape != operands[0].batch_shape:
-            raise ValueError(f"{fn}: operand {i} has batch_shape {fsa.batch_shape} but "
-                             f"operand 0 has {operands[0].batch_shape}")
+            raise ValueError(
+                f"{fn}: operand {i} has batch_shape {fsa.batch_shape} but "
+                f"operand 0 has {operands[0].batch_shape}"
+            )
 
 
-def _apply(fn: str, operands: Sequence[Fsa],
-           make: Callable[[list[structure.Parts]], structure.Result],
-           same_kind: bool = True) -> Fsa:
+def _apply(
+    fn: str,
+    operands: Sequence[Fsa],
+    make: Callable[[list[structure.Parts]], structure.Result],
+    same_kind: bool = True,
+) -> Fsa:
     """`make(parts)` on unbatched operands, entry by entry on batched ones."""
     check_operands(operands, fn, same_kind)
     if operands[0].batch_shape:
@@ -207,16 +255,20 @@ def top_sort(fsa: Fsa) -> Fsa:
       >>> print(fsa.src, fsa.dst)
       [0 1] [1 2]
     """
+
     def make(parts: list[structure.Parts]) -> structure.Result:
         result, culprit = structure.top_sort(parts[0])
         if culprit and culprit[0] == "start":
-            raise ValueError(f"top_sort: state {culprit[1]} has an arc into the start state 0, "
-                             f"so no order can start with it; connect the FSA first")
+            raise ValueError(
+                f"top_sort: state {culprit[1]} has an arc into the start state 0, "
+                f"so no order can start with it; connect the FSA first"
+            )
         if culprit:
             path = " -> ".join(str(state) for state in culprit)
             raise ValueError(f"top_sort: state {culprit[0]} lies on a cycle ({path})")
         assert result is not None  # no culprit: top_sort gave a result
         return result
+
     return _apply("top_sort", [fsa], make)
 
 
@@ -348,8 +400,7 @@ def compose(a: Fsa, b: Fsa) -> Fsa:
       >>> print(c.ilabel, c.olabel, c.weight)
       [1] [3] [0.75]
     """
-    return _apply("compose", [a, b], lambda parts: host_compose.compose(*parts),
-                  same_kind=False)
+    return _apply("compose", [a, b], lambda parts: host_compose.compose(*parts), same_kind=False)
 
 
 def intersect(a: Fsa, b: Fsa) -> Fsa:
@@ -374,10 +425,13 @@ def intersect(a: Fsa, b: Fsa) -> Fsa:
     """
     for i, fsa in enumerate((a, b)):
         if isinstance(fsa, Fsa) and not fsa.is_acceptor:
-            raise ValueError(f"intersect: operand {i} is a transducer; intersect takes "
-                             f"acceptors (use compose for transducers)")
-    return _apply("intersect", [a, b],
-                  lambda parts: host_compose.compose(*parts)._replace(is_acceptor=True))
+            raise ValueError(
+                f"intersect: operand {i} is a transducer; intersect takes "
+                f"acceptors (use compose for transducers)"
+            )
+    return _apply(
+        "intersect", [a, b], lambda parts: host_compose.compose(*parts)._replace(is_acceptor=True)
+    )
 
 
 def prune(fsa: Fsa, beam: float) -> Fsa:
@@ -424,5 +478,4 @@ def prune(fsa: Fsa, beam: float) -> Fsa:
     threshold = best - beam if best > -np.inf else np.inf  # no path: keep nothing
     keep_arc = alpha[src] + np.asarray(fsa.weight, np.float64)[real] + beta[dst] >= threshold
     keep_final = alpha + np.asarray(fsa.final_weight, np.float64) >= threshold
-    return _apply("prune", [fsa],
-                  lambda parts: structure.prune(parts[0], keep_arc, keep_final))
+    return _apply("prune", [fsa], lambda parts: structure.prune(parts[0], keep_arc, keep_final))

@@ -85,8 +85,10 @@ def stack(fsas: Sequence[Fsa], *, bucket: bool = False) -> Fsa:
     check_alike(fsas, "stack", lambda i: f"fsas[{i}]")
     for i, fsa in enumerate(fsas):
         if fsa.batch_shape:
-            raise ValueError(f"stack: fsas[{i}] is already batched "
-                             f"(batch_shape={fsa.batch_shape}); unstack it first")
+            raise ValueError(
+                f"stack: fsas[{i}] is already batched "
+                f"(batch_shape={fsa.batch_shape}); unstack it first"
+            )
     num_states = max(fsa.num_states for fsa in fsas)
     num_arcs = max(fsa.num_arcs for fsa in fsas)
     shape = _common_shape(fsas, bucket)
@@ -99,13 +101,15 @@ def stack(fsas: Sequence[Fsa], *, bucket: bool = False) -> Fsa:
     in_width = max(entry.schedule.state_in_arcs.shape[1] for entry in padded)
     out_width = max(entry.schedule.state_out_arcs.shape[1] for entry in padded)
     padded = [_widen_arc_tables(entry, in_width, out_width) for entry in padded]
-    leaves = jax.tree_util.tree_map(lambda *values: _stack_leaves(values),
-                                    *[_array_fields(entry) for entry in padded])
+    leaves = jax.tree_util.tree_map(
+        lambda *values: _stack_leaves(values), *[_array_fields(entry) for entry in padded]
+    )
     return Fsa(**leaves, cycle=cycle, is_acceptor=fsas[0].is_acceptor)
 
 
-def check_alike(fsas: Sequence[Fsa], fn: str, name: Callable[[int], str], *,
-                same_kind: bool = True) -> None:
+def check_alike(
+    fsas: Sequence[Fsa], fn: str, name: Callable[[int], str], *, same_kind: bool = True
+) -> None:
     """Raises unless every entry is an Fsa of the first one's dtype (and kind,
     acceptor or transducer, with `same_kind`); `name(i)` names entry i."""
     kinds = ["a transducer", "an acceptor"]
@@ -113,11 +117,14 @@ def check_alike(fsas: Sequence[Fsa], fn: str, name: Callable[[int], str], *,
         if not isinstance(fsa, Fsa):
             raise TypeError(f"{fn}: {name(i)} is a {type(fsa).__name__}, not an Fsa")
         if same_kind and fsa.is_acceptor != fsas[0].is_acceptor:
-            raise ValueError(f"{fn}: {name(i)} is {kinds[fsa.is_acceptor]} but {name(0)} is "
-                             f"{kinds[fsas[0].is_acceptor]}")
+            raise ValueError(
+                f"{fn}: {name(i)} is {kinds[fsa.is_acceptor]} but {name(0)} is "
+                f"{kinds[fsas[0].is_acceptor]}"
+            )
         if fsa.dtype != fsas[0].dtype:
-            raise ValueError(f"{fn}: {name(i)} has {fsa.dtype} weights but {name(0)} has "
-                             f"{fsas[0].dtype}")
+            raise ValueError(
+                f"{fn}: {name(i)} has {fsa.dtype} weights but {name(0)} has {fsas[0].dtype}"
+            )
 
 
 def _common_shape(fsas: Sequence[Fsa], bucket: bool) -> schedule.ScheduleShape | None:
@@ -129,50 +136,74 @@ def _common_shape(fsas: Sequence[Fsa], bucket: bool) -> schedule.ScheduleShape |
     return schedule.common_shape(real_arcs, _bucket if bucket else (lambda size: size))
 
 
-def pad_entry(fsa: Fsa, num_states: int, num_arcs: int,
-              shape: schedule.ScheduleShape | None) -> Fsa:
+def pad_entry(
+    fsa: Fsa, num_states: int, num_arcs: int, shape: schedule.ScheduleShape | None
+) -> Fsa:
     """One unbatched Fsa padded to `num_states`, `num_arcs` and `shape`."""
     src, dst, arc_mask = _host_structure(fsa, "stack")
     arrays = build.ArcArrays(
-        num_states, _pad(src, num_arcs, 0), _pad(dst, num_arcs, 0),
-        _pad(np.asarray(fsa.ilabel), num_arcs, 0), _pad(np.asarray(fsa.olabel), num_arcs, 0),
-        _pad(fsa.weight, num_arcs, -np.inf), _pad(fsa.final_weight, num_states, -np.inf),
-        fsa.is_acceptor)
+        num_states,
+        _pad(src, num_arcs, 0),
+        _pad(dst, num_arcs, 0),
+        _pad(np.asarray(fsa.ilabel), num_arcs, 0),
+        _pad(np.asarray(fsa.olabel), num_arcs, 0),
+        _pad(fsa.weight, num_arcs, -np.inf),
+        _pad(fsa.final_weight, num_states, -np.inf),
+        fsa.is_acceptor,
+    )
     real_sizes = checks.concrete(fsa.schedule.real_sizes, "schedule", "stack")
-    return assemble(arrays, arc_mask=_pad(arc_mask, num_arcs, False), shape=shape,
-                    real_sizes=tuple(real_sizes))
+    return assemble(
+        arrays, arc_mask=_pad(arc_mask, num_arcs, False), shape=shape, real_sizes=tuple(real_sizes)
+    )
 
 
 def _array_fields(fsa: Fsa) -> dict[str, Any]:
     """The pytree children of `fsa` by name (everything but the metadata)."""
-    return {field.name: getattr(fsa, field.name) for field in dataclasses.fields(fsa)
-            if field.name not in ("cycle", "is_acceptor")}
+    return {
+        field.name: getattr(fsa, field.name)
+        for field in dataclasses.fields(fsa)
+        if field.name not in ("cycle", "is_acceptor")
+    }
 
 
 def _without_schedule(fsa: Fsa) -> Fsa:
     tables = schedule.empty_schedule_arrays(fsa.num_states, fsa.num_arcs)
     old = fsa.schedule
-    return Fsa(**{**_array_fields(fsa),
-                  "schedule": Schedule(**tables, real_sizes=old.real_sizes,
-                                       state_in_arcs=old.state_in_arcs,
-                                       state_out_arcs=old.state_out_arcs)},
-               cycle=(), is_acceptor=fsa.is_acceptor)
+    return Fsa(
+        **{
+            **_array_fields(fsa),
+            "schedule": Schedule(
+                **tables,
+                real_sizes=old.real_sizes,
+                state_in_arcs=old.state_in_arcs,
+                state_out_arcs=old.state_out_arcs,
+            ),
+        },
+        cycle=(),
+        is_acceptor=fsa.is_acceptor,
+    )
 
 
 def _widen_arc_tables(fsa: Fsa, in_width: int, out_width: int) -> Fsa:
     """`fsa` with its per-state arc tables padded to the batch's widths."""
     old = fsa.schedule
-    widen = lambda table, width: np.pad(table, ((0, 0), (0, width - table.shape[1])),
-                                        constant_values=fsa.num_arcs)
-    new = dataclasses.replace(old, state_in_arcs=widen(old.state_in_arcs, in_width),
-                              state_out_arcs=widen(old.state_out_arcs, out_width))
+    widen = lambda table, width: np.pad(
+        table, ((0, 0), (0, width - table.shape[1])), constant_values=fsa.num_arcs
+    )
+    new = dataclasses.replace(
+        old,
+        state_in_arcs=widen(old.state_in_arcs, in_width),
+        state_out_arcs=widen(old.state_out_arcs, out_width),
+    )
     return dataclasses.replace(fsa, schedule=new)
 
 
 def _host_structure(fsa: Fsa, fn: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return (checks.concrete(fsa.src, "src", fn).astype(np.int32),
-            checks.concrete(fsa.dst, "dst", fn).astype(np.int32),
-            checks.concrete(fsa.arc_mask, "arc_mask", fn).astype(bool))
+    return (
+        checks.concrete(fsa.src, "src", fn).astype(np.int32),
+        checks.concrete(fsa.dst, "dst", fn).astype(np.int32),
+        checks.concrete(fsa.arc_mask, "arc_mask", fn).astype(bool),
+    )
 
 
 def unstack(batch: Fsa) -> list[Fsa]:
@@ -197,8 +228,14 @@ def unstack(batch: Fsa) -> list[Fsa]:
     entries = []
     for b, (num_states, num_arcs) in enumerate(sizes.tolist()):
         arrays = build.ArcArrays(
-            num_states, src[b, :num_arcs], dst[b, :num_arcs],
-            np.asarray(batch.ilabel[b, :num_arcs]), np.asarray(batch.olabel[b, :num_arcs]),
-            batch.weight[b, :num_arcs], batch.final_weight[b, :num_states], batch.is_acceptor)
+            num_states,
+            src[b, :num_arcs],
+            dst[b, :num_arcs],
+            np.asarray(batch.ilabel[b, :num_arcs]),
+            np.asarray(batch.olabel[b, :num_arcs]),
+            batch.weight[b, :num_arcs],
+            batch.final_weight[b, :num_states],
+            batch.is_acceptor,
+        )
         entries.append(assemble(arrays, arc_mask=arc_mask[b, :num_arcs]))
     return entries

@@ -23,16 +23,28 @@ def _chain(num_states: int, is_acceptor: bool) -> Fsa:
     """A chain 0 -> 1 -> ... of `num_states` states: the result's structure."""
     steps = np.arange(num_states - 1, dtype=np.int32)
     zeros = np.zeros(num_states - 1, np.float32)
-    return assemble(build.ArcArrays(num_states, steps, steps + 1, steps, steps, zeros,
-                                    np.zeros(num_states, np.float32), is_acceptor))
+    return assemble(
+        build.ArcArrays(
+            num_states,
+            steps,
+            steps + 1,
+            steps,
+            steps,
+            zeros,
+            np.zeros(num_states, np.float32),
+            is_acceptor,
+        )
+    )
 
 
 def _best_path_one(fsa: Fsa) -> Fsa:
     levels, _ = fsa.schedule.pos_state.shape
-    alpha, choices = recursions.forward_positions(TROPICAL, fsa.schedule, fsa.weight,
-                                                  with_choice=True)
-    arcs, final_state, found = recursions.best_path_arcs(TROPICAL, fsa.schedule,
-                                                         fsa.final_weight, alpha, choices)
+    alpha, choices = recursions.forward_positions(
+        TROPICAL, fsa.schedule, fsa.weight, with_choice=True
+    )
+    arcs, final_state, found = recursions.best_path_arcs(
+        TROPICAL, fsa.schedule, fsa.final_weight, alpha, choices
+    )
     # The trace-back lists the last arc first, then A (none): reverse the
     # real arcs into the first slots.
     length = jnp.sum(arcs < fsa.num_arcs)
@@ -49,8 +61,10 @@ def _best_path_one(fsa: Fsa) -> Fsa:
         ilabel=jnp.where(arc_mask, fsa.ilabel[arcs], 0),
         olabel=jnp.where(arc_mask, fsa.olabel[arcs], 0),
         weight=jnp.where(arc_mask, fsa.weight[arcs], neg_inf),
-        final_weight=jnp.where((jnp.arange(levels) == length) & found,
-                               fsa.final_weight[final_state], neg_inf))
+        final_weight=jnp.where(
+            (jnp.arange(levels) == length) & found, fsa.final_weight[final_state], neg_inf
+        ),
+    )
 
 
 def best_path(fsa: Fsa) -> Fsa:

@@ -20,7 +20,8 @@ def check_not_traced(value: Any, name: str, fn: str) -> None:
     if is_traced(value):
         raise ValueError(
             f"{fn}: {name} is a traced value; {fn} works on the host from concrete "
-            f"structure, so call it outside jax.jit / jax.vmap / jax.grad")
+            f"structure, so call it outside jax.jit / jax.vmap / jax.grad"
+        )
 
 
 def concrete(value: Any, name: str, fn: str) -> np.ndarray:
@@ -38,14 +39,15 @@ def check_float_dtype(dtype: Any, name: str, fn: str) -> np.dtype:
     if dtype == np.float64 and not jax.config.jax_enable_x64:  # type: ignore[attr-defined]
         raise ValueError(
             f"{fn}: {name} is float64 but jax_enable_x64 is off; enable it with "
-            f"jax.config.update('jax_enable_x64', True) or pass float32")
+            f"jax.config.update('jax_enable_x64', True) or pass float32"
+        )
     return dtype
 
 
-def check_shape(value: Any, name: str, fn: str, expected: tuple[int, ...],
-                described: str) -> None:
+def check_shape(value: Any, name: str, fn: str, expected: tuple[int, ...], described: str) -> None:
     """Raises unless `value.shape == expected` (`described`, e.g. '[A]')."""
     shape = tuple(np.shape(value))
     if shape != tuple(expected):
         raise ValueError(
-            f"{fn}: {name} must have shape {described} = {tuple(expected)}, got {shape}")
+            f"{fn}: {name} must have shape {described} = {tuple(expected)}, got {shape}"
+        )

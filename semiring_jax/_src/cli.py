@@ -69,8 +69,7 @@ def _tables(args: argparse.Namespace) -> tuple[SymbolTable | None, SymbolTable |
     return args.tables
 
 
-def _read_fsa(path: str, args: argparse.Namespace, tables: tuple[Any, Any] | None = None
-              ) -> Fsa:
+def _read_fsa(path: str, args: argparse.Namespace, tables: tuple[Any, Any] | None = None) -> Fsa:
     """Reads one FSA, OpenFst text with `tables` (by default `_tables(args)`)
     as its (input, output) symbols; the error message starts with the file
     name."""
@@ -88,8 +87,13 @@ def _read_fsa(path: str, args: argparse.Namespace, tables: tuple[Any, Any] | Non
         if input_format == "k2":
             return Fsa.from_k2(text, dtype=dtype)
         isymbols, osymbols = _tables(args) if tables is None else tables
-        return Fsa.from_openfst(text, acceptor=True if args.acceptor else None, dtype=dtype,
-                                isymbols=isymbols, osymbols=osymbols)
+        return Fsa.from_openfst(
+            text,
+            acceptor=True if args.acceptor else None,
+            dtype=dtype,
+            isymbols=isymbols,
+            osymbols=osymbols,
+        )
     except ValueError as err:
         raise ValueError(f"{name}: {err}") from None
 
@@ -103,8 +107,9 @@ def _fsa_text(fsa: Fsa, args: argparse.Namespace) -> str:
 
 
 def _label_text(labels: Any, table: SymbolTable | None) -> str:
-    return " ".join(str(label) if table is None else str(table.find(int(label)))
-                    for label in labels)
+    return " ".join(
+        str(label) if table is None else str(table.find(int(label))) for label in labels
+    )
 
 
 def _number(value: float) -> str:
@@ -127,21 +132,29 @@ def _scores(values: Any, costs: bool) -> list[str]:
 # -- commands -------------------------------------------------------------------
 
 _INFO_LINES = (
-    ("# of states", "num_states"), ("# of arcs", "num_arcs"),
-    ("initial state", None), ("# of final states", "num_final_states"),
+    ("# of states", "num_states"),
+    ("# of arcs", "num_arcs"),
+    ("initial state", None),
+    ("# of final states", "num_final_states"),
     ("# of input/output epsilons", "num_epsilons"),
     ("# of input epsilons", "num_input_epsilons"),
     ("# of output epsilons", "num_output_epsilons"),
     ("# of accessible states", "num_accessible"),
     ("# of coaccessible states", "num_coaccessible"),
     ("# of connected states", "num_connected"),
-    ("acceptor", "acceptor"), ("input deterministic", "input_deterministic"),
+    ("acceptor", "acceptor"),
+    ("input deterministic", "input_deterministic"),
     ("output deterministic", "output_deterministic"),
-    ("input/output epsilons", "epsilons"), ("input epsilons", "input_epsilons"),
-    ("output epsilons", "output_epsilons"), ("input label sorted", "input_label_sorted"),
-    ("output label sorted", "output_label_sorted"), ("acyclic", "acyclic"),
-    ("top sorted", "top_sorted"), ("accessible", "accessible"),
-    ("coaccessible", "coaccessible"), ("connected", "connected"),
+    ("input/output epsilons", "epsilons"),
+    ("input epsilons", "input_epsilons"),
+    ("output epsilons", "output_epsilons"),
+    ("input label sorted", "input_label_sorted"),
+    ("output label sorted", "output_label_sorted"),
+    ("acyclic", "acyclic"),
+    ("top sorted", "top_sorted"),
+    ("accessible", "accessible"),
+    ("coaccessible", "coaccessible"),
+    ("connected", "connected"),
 )
 
 
@@ -193,15 +206,19 @@ def _best_path(args: argparse.Namespace) -> str:
 
 def _draw(args: argparse.Namespace) -> str:
     isymbols, osymbols = _tables(args)
-    source = _read_fsa(args.file, args).to_dot(title=args.title, isymbols=isymbols,
-                                               osymbols=osymbols)
+    source = _read_fsa(args.file, args).to_dot(
+        title=args.title, isymbols=isymbols, osymbols=osymbols
+    )
     if args.out_format == "dot":
         return source
     if shutil.which("dot") is None:
-        raise ValueError("draw: Graphviz's 'dot' program is not on PATH; install Graphviz "
-                         "or use --out-format dot")
-    result = subprocess.run(["dot", "-Tsvg"], input=source, text=True, capture_output=True,
-                            check=False)
+        raise ValueError(
+            "draw: Graphviz's 'dot' program is not on PATH; install Graphviz "
+            "or use --out-format dot"
+        )
+    result = subprocess.run(
+        ["dot", "-Tsvg"], input=source, text=True, capture_output=True, check=False
+    )
     if result.returncode != 0:
         raise ValueError(f"draw: dot -Tsvg failed: {result.stderr.strip()}")
     return result.stdout
@@ -226,13 +243,18 @@ def _determinize(args: argparse.Namespace) -> str:
     import semiring_jax as sj
 
     fsa = _read_fsa(args.file, args)
-    return _fsa_text(sj.determinize(fsa, sj.semiring(args.semiring),
-                                    max_states=args.max_states), args)
+    return _fsa_text(
+        sj.determinize(fsa, sj.semiring(args.semiring), max_states=args.max_states), args
+    )
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], str]] = {
-    "info": _info, "score": _score, "best-path": _best_path, "draw": _draw,
-    "compose": _compose, "determinize": _determinize,
+    "info": _info,
+    "score": _score,
+    "best-path": _best_path,
+    "draw": _draw,
+    "compose": _compose,
+    "determinize": _determinize,
 }
 
 

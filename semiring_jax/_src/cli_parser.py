@@ -18,45 +18,70 @@ _FORMATS = ("openfst", "k2", "auto")
 def _input_options() -> argparse.ArgumentParser:
     options = argparse.ArgumentParser(add_help=False)
     group = options.add_argument_group("input and output")
-    group.add_argument("--format", choices=_FORMATS, default="openfst",
-                       help="input text format (default: openfst); auto: k2 if an arc has "
-                            "label -1")
-    group.add_argument("--acceptor", action="store_true",
-                       help="read OpenFst arc lines as 'src dst label [cost]', as fstcompile "
-                            "--acceptor does")
-    group.add_argument("--float64", action="store_true",
-                       help="enable jax_enable_x64 and compute in float64 (default float32)")
-    group.add_argument("--isymbols", metavar="FILE", default=None,
-                       help="OpenFst symbol table of the input labels (text and drawings "
-                            "show its symbols)")
-    group.add_argument("--osymbols", metavar="FILE", default=None,
-                       help="OpenFst symbol table of the output labels")
-    group.add_argument("-o", "--output", default="-", metavar="PATH",
-                       help="write here instead of stdout")
+    group.add_argument(
+        "--format",
+        choices=_FORMATS,
+        default="openfst",
+        help="input text format (default: openfst); auto: k2 if an arc has label -1",
+    )
+    group.add_argument(
+        "--acceptor",
+        action="store_true",
+        help="read OpenFst arc lines as 'src dst label [cost]', as fstcompile --acceptor does",
+    )
+    group.add_argument(
+        "--float64",
+        action="store_true",
+        help="enable jax_enable_x64 and compute in float64 (default float32)",
+    )
+    group.add_argument(
+        "--isymbols",
+        metavar="FILE",
+        default=None,
+        help="OpenFst symbol table of the input labels (text and drawings show its symbols)",
+    )
+    group.add_argument(
+        "--osymbols", metavar="FILE", default=None, help="OpenFst symbol table of the output labels"
+    )
+    group.add_argument(
+        "-o", "--output", default="-", metavar="PATH", help="write here instead of stdout"
+    )
     return options
 
 
 def _fsa_output(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out-format", choices=("openfst", "k2"), default=None,
-                        help="output text format (default: the input's)")
+    parser.add_argument(
+        "--out-format",
+        choices=("openfst", "k2"),
+        default=None,
+        help="output text format (default: the input's)",
+    )
 
 
 def _semiring_option(parser: argparse.ArgumentParser, default: str) -> None:
-    parser.add_argument("--semiring", choices=("log", "tropical"), default=default,
-                        help=f"the semiring (default: {default})")
+    parser.add_argument(
+        "--semiring",
+        choices=("log", "tropical"),
+        default=default,
+        help=f"the semiring (default: {default})",
+    )
 
 
 def _costs_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--costs", action="store_true",
-                        help="print costs (negated scores, OpenFst's convention) instead "
-                             "of scores")
+    parser.add_argument(
+        "--costs",
+        action="store_true",
+        help="print costs (negated scores, OpenFst's convention) instead of scores",
+    )
 
 
-def _file_argument(parser: argparse.ArgumentParser, name: str = "file",
-                   metavar: str = "FILE") -> None:
+def _file_argument(
+    parser: argparse.ArgumentParser, name: str = "file", metavar: str = "FILE"
+) -> None:
     if name == "file":
-        parser.add_argument(name, nargs="?", default="-", metavar=metavar,
-                            help="input text; '-' or omitted: stdin")
+        parser.add_argument(
+            name, nargs="?", default="-", metavar=metavar, help="input text; '-' or omitted: stdin"
+        )
     else:
         parser.add_argument(name, metavar=metavar, help="input text; '-': stdin")
 
@@ -73,10 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
       ('score', 'a.fst', 'tropical', 'openfst')
     """
     parser = argparse.ArgumentParser(
-        prog=PROG, description="Weighted finite-state acceptors and transducers from the "
+        prog=PROG,
+        description="Weighted finite-state acceptors and transducers from the "
         "shell: reads OpenFst (AT&T) or k2 text. Weights are scores (higher is better); "
         "OpenFst text holds costs.",
-        epilog="Errors: one line on stderr and exit status 2.")
+        epilog="Errors: one line on stderr and exit status 2.",
+    )
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     parent = [_input_options()]
 
@@ -89,42 +116,61 @@ def build_parser() -> argparse.ArgumentParser:
     _file_argument(info)
     info.add_argument("--json", action="store_true", help="machine-readable output")
 
-    score = command("score",
-                    "total score, or per-state distances like fstshortestdistance")
+    score = command("score", "total score, or per-state distances like fstshortestdistance")
     _file_argument(score)
     _semiring_option(score, "log")
     _costs_option(score)
-    score.add_argument("--per-state", choices=("forward", "backward"), default=None,
-                       help="print 'state<TAB>value' lines: forward (from the start, "
-                            "without final weights) or backward (to the end, with them; "
-                            "fstshortestdistance --reverse)")
+    score.add_argument(
+        "--per-state",
+        choices=("forward", "backward"),
+        default=None,
+        help="print 'state<TAB>value' lines: forward (from the start, "
+        "without final weights) or backward (to the end, with them; "
+        "fstshortestdistance --reverse)",
+    )
 
     best = command("best-path", "the best (tropical) path, like fstshortestpath")
     _file_argument(best)
     _fsa_output(best)
-    best.add_argument("--labels", action="store_true",
-                      help="print 'ilabels<TAB>[olabels<TAB>]score' instead of an FSA")
+    best.add_argument(
+        "--labels",
+        action="store_true",
+        help="print 'ilabels<TAB>[olabels<TAB>]score' instead of an FSA",
+    )
     _costs_option(best)
 
     draw = command("draw", "Graphviz drawing (dot source or SVG), like fstdraw")
     _file_argument(draw)
-    draw.add_argument("--out-format", choices=("dot", "svg"), default="dot",
-                      help="dot source (default) or SVG through Graphviz's dot")
+    draw.add_argument(
+        "--out-format",
+        choices=("dot", "svg"),
+        default="dot",
+        help="dot source (default) or SVG through Graphviz's dot",
+    )
     draw.add_argument("--title", default="", help="a title for the drawing")
 
     compose = command("compose", "the composition A o B, like fstcompose")
     _file_argument(compose, "first", "A")
     _file_argument(compose, "second", "B")
     _fsa_output(compose)
-    compose.add_argument("--msymbols", metavar="FILE", default=None,
-                         help="symbol table of A's output and B's input labels (A reads "
-                              "--isymbols:--msymbols, B --msymbols:--osymbols)")
+    compose.add_argument(
+        "--msymbols",
+        metavar="FILE",
+        default=None,
+        help="symbol table of A's output and B's input labels (A reads "
+        "--isymbols:--msymbols, B --msymbols:--osymbols)",
+    )
 
-    determinize = command("determinize",
-                          "an equivalent deterministic acceptor, like fstdeterminize")
+    determinize = command(
+        "determinize", "an equivalent deterministic acceptor, like fstdeterminize"
+    )
     _file_argument(determinize)
     _fsa_output(determinize)
     _semiring_option(determinize, "log")
-    determinize.add_argument("--max-states", type=int, default=100_000,
-                             help="give up beyond this many result states (default 100000)")
+    determinize.add_argument(
+        "--max-states",
+        type=int,
+        default=100_000,
+        help="give up beyond this many result states (default 100000)",
+    )
     return parser

@@ -55,8 +55,7 @@ def log_sum_pair(hi: jax.Array, lo: jax.Array, axis: int) -> tuple[jax.Array, ja
     return two_sum(safe_top, _log_total(total))
 
 
-def log_sum_columns(his: list[jax.Array], los: list[jax.Array]
-                    ) -> tuple[jax.Array, jax.Array]:
+def log_sum_columns(his: list[jax.Array], los: list[jax.Array]) -> tuple[jax.Array, jax.Array]:
     """log Σ_k exp(his[k] + los[k]), elementwise over columns, as a pair."""
     # Elementwise over the K columns: XLA fuses it into one kernel, where a
     # reduction over a [S, K] array would start a new one.
@@ -65,8 +64,9 @@ def log_sum_columns(his: list[jax.Array], los: list[jax.Array]
     return two_sum(safe_top, _log_total(total))
 
 
-def exp_difference(hi: jax.Array, lo: jax.Array, total_hi: jax.Array,
-                   total_lo: jax.Array) -> jax.Array:
+def exp_difference(
+    hi: jax.Array, lo: jax.Array, total_hi: jax.Array, total_lo: jax.Array
+) -> jax.Array:
     """exp((hi + lo) - (total_hi + total_lo)), accurate when the two are
     large and close (a posterior exp(α + β - Z)); 0 where the total is
     -inf."""

@@ -30,8 +30,9 @@ from semiring_jax._src.semiring import LOG
 __all__ = ["ctc_graph", "ctc_loss", "ctc_topo", "forced_align"]
 
 
-def ctc_topo(vocab_size: int, blank: int = 0, *, modified: bool = False,
-             dtype: npt.DTypeLike = np.float32) -> Fsa:
+def ctc_topo(
+    vocab_size: int, blank: int = 0, *, modified: bool = False, dtype: npt.DTypeLike = np.float32
+) -> Fsa:
     """The CTC topology: a transducer from frame tokens to output labels.
 
     Standard (k2's `ctc_topo(modified=False)`): one state per token, state 0
@@ -67,8 +68,9 @@ def ctc_topo(vocab_size: int, blank: int = 0, *, modified: bool = False,
     if vocab_size < 1:
         raise ValueError(f"ctc_topo: vocab_size must be at least 1, got {vocab_size}")
     if not 0 <= blank < vocab_size:
-        raise ValueError(f"ctc_topo: blank = {blank} is outside [0, vocab_size) = "
-                         f"[0, {vocab_size})")
+        raise ValueError(
+            f"ctc_topo: blank = {blank} is outside [0, vocab_size) = [0, {vocab_size})"
+        )
     # Token t lives in state _state(t): the blank must be state 0 (the start).
     tokens = np.arange(vocab_size)
     state = np.where(tokens == blank, 0, np.where(tokens == 0, blank, tokens))
@@ -79,17 +81,31 @@ def ctc_topo(vocab_size: int, blank: int = 0, *, modified: bool = False,
         final = list(range(vocab_size))
     else:
         others = tokens[tokens != blank]
-        arcs = np.concatenate([
-            np.stack([np.zeros_like(tokens), np.zeros_like(tokens), tokens,
-                      np.where(tokens == blank, 0, tokens)], axis=1),
-            np.stack([np.zeros_like(others), state[others], others, others], axis=1),
-            np.stack([state[others], state[others], others, np.zeros_like(others)], axis=1),
-            np.stack([state[others], np.zeros_like(others), others, np.zeros_like(others)],
-                     axis=1)])
+        arcs = np.concatenate(
+            [
+                np.stack(
+                    [
+                        np.zeros_like(tokens),
+                        np.zeros_like(tokens),
+                        tokens,
+                        np.where(tokens == blank, 0, tokens),
+                    ],
+                    axis=1,
+                ),
+                np.stack([np.zeros_like(others), state[others], others, others], axis=1),
+                np.stack([state[others], state[others], others, np.zeros_like(others)], axis=1),
+                np.stack(
+                    [state[others], np.zeros_like(others), others, np.zeros_like(others)], axis=1
+                ),
+            ]
+        )
         final = [0]
     rows = np.concatenate([arcs, np.zeros((arcs.shape[0], 1))], axis=1)
-    return Fsa.from_arcs(rows.tolist(), final=final, num_states=vocab_size, dtype=dtype) \
-        if arcs.shape[0] else Fsa.from_arcs([], final=final, num_states=1, dtype=dtype)
+    return (
+        Fsa.from_arcs(rows.tolist(), final=final, num_states=vocab_size, dtype=dtype)
+        if arcs.shape[0]
+        else Fsa.from_arcs([], final=final, num_states=1, dtype=dtype)
+    )
 
 
 def _is_one_sequence(labels: Any) -> bool:
@@ -99,8 +115,7 @@ def _is_one_sequence(labels: Any) -> bool:
     return all(np.ndim(label) == 0 for label in labels)
 
 
-def _label_rows(labels: Any, label_lengths: Any | None, fn: str
-                ) -> list[np.ndarray]:
+def _label_rows(labels: Any, label_lengths: Any | None, fn: str) -> list[np.ndarray]:
     """Host label sequences from a padded [B, U] array (+ lengths) or lists."""
     if label_lengths is None and not hasattr(labels, "shape"):
         return [np.asarray(row, np.int64).reshape(-1) for row in labels]
@@ -117,18 +132,25 @@ def _label_rows(labels: Any, label_lengths: Any | None, fn: str
 def _check_label_lengths(lengths: np.ndarray, labels_shape: tuple[int, ...], fn: str) -> None:
     batch, max_labels = labels_shape
     if lengths.shape != (batch,):
-        raise ValueError(f"{fn}: label_lengths must have shape [B] = ({batch},), got "
-                         f"{lengths.shape}")
+        raise ValueError(
+            f"{fn}: label_lengths must have shape [B] = ({batch},), got {lengths.shape}"
+        )
     bad = np.flatnonzero((lengths < 0) | (lengths > max_labels))
     if bad.size:
         b = int(bad[0])
-        raise ValueError(f"{fn}: label_lengths[{b}] = {lengths[b]} but labels has room for "
-                         f"U = {max_labels} labels (and lengths must be >= 0)")
+        raise ValueError(
+            f"{fn}: label_lengths[{b}] = {lengths[b]} but labels has room for "
+            f"U = {max_labels} labels (and lengths must be >= 0)"
+        )
 
 
-def ctc_graph(labels: Sequence[Sequence[int]] | npt.ArrayLike,
-              label_lengths: npt.ArrayLike | None = None, *, blank: int = 0,
-              dtype: npt.DTypeLike = np.float32) -> Fsa:
+def ctc_graph(
+    labels: Sequence[Sequence[int]] | npt.ArrayLike,
+    label_lengths: npt.ArrayLike | None = None,
+    *,
+    blank: int = 0,
+    dtype: npt.DTypeLike = np.float32,
+) -> Fsa:
     """The CTC graph of a label sequence, or a batch of them.
 
     For l_1..l_U: 2U + 1 states (even: blank, 2i + 1: l_{i+1}); each state
@@ -168,14 +190,17 @@ def ctc_graph(labels: Sequence[Sequence[int]] | npt.ArrayLike,
         _check_row(row, f"labels[{b}]", blank)
         graphs.append(_one_ctc_graph(row, blank, dtype))
     from semiring_jax._src.batch import stack  # batch imports fsa; avoid a cycle
+
     return stack(graphs)
 
 
 def _check_row(row: np.ndarray, name: str, blank: int) -> None:
     bad = np.flatnonzero((row < 0) | (row == blank))
     if bad.size:
-        raise ValueError(f"ctc_graph: {name}[{int(bad[0])}] = {row[bad[0]]}; labels must be "
-                         f">= 0 and differ from blank = {blank}")
+        raise ValueError(
+            f"ctc_graph: {name}[{int(bad[0])}] = {row[bad[0]]}; labels must be "
+            f">= 0 and differ from blank = {blank}"
+        )
 
 
 def _one_ctc_graph(row: np.ndarray, blank: int, dtype: Any) -> Fsa:
@@ -183,9 +208,13 @@ def _one_ctc_graph(row: np.ndarray, blank: int, dtype: Any) -> Fsa:
     token = np.full(num_states, blank, np.int64)
     token[1::2] = row
     states = np.arange(num_states)
-    arcs = [np.stack([states, states, token[states], np.zeros(num_states, np.int64)], axis=1),
-            np.stack([states[:-1], states[1:], token[1:],
-                      np.where(states[1:] % 2 == 1, token[1:], 0)], axis=1)]
+    arcs = [
+        np.stack([states, states, token[states], np.zeros(num_states, np.int64)], axis=1),
+        np.stack(
+            [states[:-1], states[1:], token[1:], np.where(states[1:] % 2 == 1, token[1:], 0)],
+            axis=1,
+        ),
+    ]
     skip = states[1:-2:2]  # label state 2i+1 -> 2i+3 when the labels differ
     skip = skip[token[skip] != token[skip + 2]]
     arcs.append(np.stack([skip, skip + 2, token[skip + 2], token[skip + 2]], axis=1))
@@ -199,8 +228,9 @@ def _one_ctc_graph(row: np.ndarray, blank: int, dtype: Any) -> Fsa:
 # -- the loss, on JAX-built slot tables -----------------------------------------
 
 
-def _ctc_tables(labels: jax.Array, label_length: jax.Array, blank: int,
-                dtype: DTypeLike) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _ctc_tables(
+    labels: jax.Array, label_length: jax.Array, blank: int, dtype: DTypeLike
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """One utterance: (state tokens [S], slot weights [S, 3], final [S])."""
     num_states = 2 * labels.shape[0] + 1
     states = jnp.arange(num_states, dtype=jnp.int32)
@@ -219,22 +249,34 @@ def _ctc_tables(labels: jax.Array, label_length: jax.Array, blank: int,
 Utterance = Callable[[Slots, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array], Any]
 
 
-def _ctc_totals(log_probs: jax.Array, input_lengths: jax.Array, labels: jax.Array,
-                label_lengths: jax.Array, blank: int, one_utterance: Utterance) -> Any:
+def _ctc_totals(
+    log_probs: jax.Array,
+    input_lengths: jax.Array,
+    labels: jax.Array,
+    label_lengths: jax.Array,
+    blank: int,
+    one_utterance: Utterance,
+) -> Any:
     tokens, slot_weights, final_weights = jax.vmap(
-        lambda row, n: _ctc_tables(row, n, blank, log_probs.dtype))(labels, label_lengths)
+        lambda row, n: _ctc_tables(row, n, blank, log_probs.dtype)
+    )(labels, label_lengths)
     state_emissions = _state_emissions(log_probs, tokens)  # [T, B, S]
 
-    def per_utterance(state_emissions: jax.Array, length: jax.Array, token: jax.Array,
-                      slot_weight: jax.Array, final_weight: jax.Array) -> Any:
+    def per_utterance(
+        state_emissions: jax.Array,
+        length: jax.Array,
+        token: jax.Array,
+        slot_weight: jax.Array,
+        final_weight: jax.Array,
+    ) -> Any:
         slots = Slots(src=None, label=None, leaving=None)  # banded: slot k from s - k
-        return one_utterance(slots, slot_weight, final_weight, state_emissions, length,
-                             token)
+        return one_utterance(slots, slot_weight, final_weight, state_emissions, length, token)
 
     # Time-major emissions are what the vmapped scan reads (and what its
     # gradient comes back as): no [B, T, S] <-> [T, B, S] transposes.
     return jax.vmap(per_utterance, in_axes=(1, 0, 0, 0, 0))(
-        state_emissions, input_lengths, tokens, slot_weights, final_weights)
+        state_emissions, input_lengths, tokens, slot_weights, final_weights
+    )
 
 
 def _state_emissions(log_probs: jax.Array, tokens: jax.Array) -> jax.Array:
@@ -246,15 +288,27 @@ def _state_emissions(log_probs: jax.Array, tokens: jax.Array) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnames=("blank", "zero_infinity"))
-def _ctc_loss(log_probs: jax.Array, input_lengths: jax.Array, labels: jax.Array,
-              label_lengths: jax.Array, blank: int, zero_infinity: bool) -> jax.Array:
-    def one_utterance(slots: Slots, slot_weight: jax.Array, final_weight: jax.Array,
-                      state_emissions: jax.Array, length: jax.Array,
-                      token: jax.Array) -> jax.Array:
-        return dense_recursion.total(LOG, slots, slot_weight, final_weight, state_emissions,
-                                     length, slot_grads=False)
-    totals = _ctc_totals(log_probs, input_lengths, labels, label_lengths, blank,
-                         one_utterance)
+def _ctc_loss(
+    log_probs: jax.Array,
+    input_lengths: jax.Array,
+    labels: jax.Array,
+    label_lengths: jax.Array,
+    blank: int,
+    zero_infinity: bool,
+) -> jax.Array:
+    def one_utterance(
+        slots: Slots,
+        slot_weight: jax.Array,
+        final_weight: jax.Array,
+        state_emissions: jax.Array,
+        length: jax.Array,
+        token: jax.Array,
+    ) -> jax.Array:
+        return dense_recursion.total(
+            LOG, slots, slot_weight, final_weight, state_emissions, length, slot_grads=False
+        )
+
+    totals = _ctc_totals(log_probs, input_lengths, labels, label_lengths, blank, one_utterance)
     loss = jnp.zeros_like(totals) - totals  # +0.0, not -0.0, for a certain alignment
     # Rounding can push a certain alignment's log-probability just above 0.
     loss = jnp.where(loss < 0, jnp.zeros_like(loss), loss)
@@ -263,15 +317,21 @@ def _ctc_loss(log_probs: jax.Array, input_lengths: jax.Array, labels: jax.Array,
     return loss
 
 
-def _check_ctc_inputs(log_probs: npt.ArrayLike, input_lengths: npt.ArrayLike | None,
-                      labels: npt.ArrayLike, label_lengths: npt.ArrayLike, blank: int,
-                      fn: str) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+def _check_ctc_inputs(
+    log_probs: npt.ArrayLike,
+    input_lengths: npt.ArrayLike | None,
+    labels: npt.ArrayLike,
+    label_lengths: npt.ArrayLike,
+    blank: int,
+    fn: str,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     log_probs = check_emissions(log_probs, fn, "log_probs")
     batch, num_frames, vocab_size = log_probs.shape
     input_lengths = check_lengths(input_lengths, batch, num_frames, fn, "input_lengths", "T")
     if np.ndim(labels) != 2 or np.shape(labels)[0] != batch:
-        raise ValueError(f"{fn}: labels must have shape [B, U] with B = {batch}, got "
-                         f"{tuple(np.shape(labels))}")
+        raise ValueError(
+            f"{fn}: labels must have shape [B, U] with B = {batch}, got {tuple(np.shape(labels))}"
+        )
     if not np.issubdtype(dtype_of(labels), np.integer):
         raise ValueError(f"{fn}: labels must hold integers, got {dtype_of(labels)}")
     max_labels = np.shape(labels)[1]
@@ -286,15 +346,23 @@ def _check_ctc_inputs(log_probs: npt.ArrayLike, input_lengths: npt.ArrayLike | N
         bad = np.argwhere(used & ((values < 0) | (values >= vocab_size) | (values == blank)))
         if bad.size:
             b, u = (int(i) for i in bad[0])
-            raise ValueError(f"{fn}: labels[{b}, {u}] = {values[b, u]} is outside [0, V) = "
-                             f"[0, {vocab_size}) or equals blank = {blank}")
+            raise ValueError(
+                f"{fn}: labels[{b}, {u}] = {values[b, u]} is outside [0, V) = "
+                f"[0, {vocab_size}) or equals blank = {blank}"
+            )
     labels = jnp.clip(jnp.asarray(labels, jnp.int32), 0, vocab_size - 1)  # padding
     return log_probs, input_lengths, labels, label_lengths
 
 
-def ctc_loss(log_probs: npt.ArrayLike, input_lengths: npt.ArrayLike, labels: npt.ArrayLike,
-             label_lengths: npt.ArrayLike, blank: int = 0, *,
-             zero_infinity: bool = False) -> jax.Array:
+def ctc_loss(
+    log_probs: npt.ArrayLike,
+    input_lengths: npt.ArrayLike,
+    labels: npt.ArrayLike,
+    label_lengths: npt.ArrayLike,
+    blank: int = 0,
+    *,
+    zero_infinity: bool = False,
+) -> jax.Array:
     """Connectionist temporal classification loss, per utterance.
 
     The negative log of the total probability of the frame-level token
@@ -329,25 +397,39 @@ def ctc_loss(log_probs: npt.ArrayLike, input_lengths: npt.ArrayLike, labels: npt
       >>> print(jnp.round(jnp.exp(-loss), 4))  # "1 1", "_ 1" or "1 _" of 9
       [0.3333]
     """
-    args = _check_ctc_inputs(log_probs, input_lengths, labels, label_lengths, blank,
-                             "ctc_loss")
+    args = _check_ctc_inputs(log_probs, input_lengths, labels, label_lengths, blank, "ctc_loss")
     return _ctc_loss(*args, blank=int(blank), zero_infinity=bool(zero_infinity))
 
 
 @functools.partial(jax.jit, static_argnames="blank")
-def _forced_align(log_probs: jax.Array, input_lengths: jax.Array, labels: jax.Array,
-                  label_lengths: jax.Array, blank: int) -> tuple[jax.Array, jax.Array]:
-    def one_utterance(slots: Slots, slot_weight: jax.Array, final_weight: jax.Array,
-                      state_emissions: jax.Array, length: jax.Array,
-                      token: jax.Array) -> tuple[jax.Array, jax.Array]:
+def _forced_align(
+    log_probs: jax.Array,
+    input_lengths: jax.Array,
+    labels: jax.Array,
+    label_lengths: jax.Array,
+    blank: int,
+) -> tuple[jax.Array, jax.Array]:
+    def one_utterance(
+        slots: Slots,
+        slot_weight: jax.Array,
+        final_weight: jax.Array,
+        state_emissions: jax.Array,
+        length: jax.Array,
+        token: jax.Array,
+    ) -> tuple[jax.Array, jax.Array]:
         states, score = best_columns(slots, slot_weight, final_weight, state_emissions, length)
         return jnp.where(states >= 0, token[jnp.maximum(states, 0)], -1), score
+
     return _ctc_totals(log_probs, input_lengths, labels, label_lengths, blank, one_utterance)
 
 
-def forced_align(log_probs: npt.ArrayLike, input_lengths: npt.ArrayLike,
-                 labels: npt.ArrayLike, label_lengths: npt.ArrayLike,
-                 blank: int = 0) -> tuple[jax.Array, jax.Array]:
+def forced_align(
+    log_probs: npt.ArrayLike,
+    input_lengths: npt.ArrayLike,
+    labels: npt.ArrayLike,
+    label_lengths: npt.ArrayLike,
+    blank: int = 0,
+) -> tuple[jax.Array, jax.Array]:
     """The best CTC alignment of each utterance (batched Viterbi).
 
     Ties: the alignment ending in the last label beats the one ending in
@@ -375,6 +457,5 @@ def forced_align(log_probs: npt.ArrayLike, input_lengths: npt.ArrayLike,
       >>> print(frames, jnp.round(jnp.exp(scores), 3))
       [[1 0 2]] [0.448]
     """
-    args = _check_ctc_inputs(log_probs, input_lengths, labels, label_lengths, blank,
-                             "forced_align")
+    args = _check_ctc_inputs(log_probs, input_lengths, labels, label_lengths, blank, "forced_align")
     return _forced_align(*args, blank=int(blank))

@@ -41,8 +41,9 @@ def dtype_of(values: Any) -> np.dtype:
 def check_emissions(emissions: Any, fn: str, name: str = "emissions") -> jax.Array:
     """`emissions` as a float [B, T, V] array; a ValueError otherwise."""
     if np.ndim(emissions) != 3:
-        raise ValueError(f"{fn}: {name} must have rank 3, [B, T, V], got shape "
-                         f"{tuple(np.shape(emissions))}")
+        raise ValueError(
+            f"{fn}: {name} must have rank 3, [B, T, V], got shape {tuple(np.shape(emissions))}"
+        )
     dtype = dtype_of(emissions)
     if not np.issubdtype(dtype, np.floating):
         raise ValueError(f"{fn}: {name} must be float32 or float64, got {dtype}")
@@ -50,14 +51,16 @@ def check_emissions(emissions: Any, fn: str, name: str = "emissions") -> jax.Arr
     return jnp.asarray(emissions)
 
 
-def check_lengths(lengths: Any, batch: int, limit: int, fn: str, name: str,
-                  limit_name: str) -> jax.Array:
+def check_lengths(
+    lengths: Any, batch: int, limit: int, fn: str, name: str, limit_name: str
+) -> jax.Array:
     """int32 [B] lengths in [0, limit] (values checked when concrete)."""
     if lengths is None:
         return jnp.full((batch,), limit, jnp.int32)
     if tuple(np.shape(lengths)) != (batch,):
-        raise ValueError(f"{fn}: {name} must have shape [B] = ({batch},), got "
-                         f"{tuple(np.shape(lengths))}")
+        raise ValueError(
+            f"{fn}: {name} must have shape [B] = ({batch},), got {tuple(np.shape(lengths))}"
+        )
     if not np.issubdtype(dtype_of(lengths), np.integer):
         raise ValueError(f"{fn}: {name} must hold integers, got {dtype_of(lengths)}")
     if not checks.is_traced(lengths):
@@ -65,8 +68,9 @@ def check_lengths(lengths: Any, batch: int, limit: int, fn: str, name: str,
         bad = np.flatnonzero((values < 0) | (values > limit))
         if bad.size:
             b = int(bad[0])
-            raise ValueError(f"{fn}: {name}[{b}] = {values[b]} is outside [0, {limit_name}] "
-                             f"= [0, {limit}]")
+            raise ValueError(
+                f"{fn}: {name}[{b}] = {values[b]} is outside [0, {limit_name}] = [0, {limit}]"
+            )
     return jnp.asarray(lengths, jnp.int32)
 
 
@@ -76,8 +80,10 @@ def check_graph(graph: Any, batch: int, num_columns: int, dtype: np.dtype, fn: s
     if not isinstance(graph, Fsa):
         raise TypeError(f"{fn}: graph must be an Fsa, got {type(graph).__name__}")
     if graph.batch_shape not in ((), (batch,)):
-        raise ValueError(f"{fn}: graph has batch_shape {graph.batch_shape} but emissions "
-                         f"has B = {batch}; pass one graph or a batch of B graphs")
+        raise ValueError(
+            f"{fn}: graph has batch_shape {graph.batch_shape} but emissions "
+            f"has B = {batch}; pass one graph or a batch of B graphs"
+        )
     if graph.dtype != dtype:
         raise ValueError(f"{fn}: graph weights are {graph.dtype} but emissions are {dtype}")
     if checks.is_traced(graph.ilabel) or checks.is_traced(graph.arc_mask):
@@ -88,8 +94,10 @@ def check_graph(graph: Any, batch: int, num_columns: int, dtype: np.dtype, fn: s
     if bad.size:
         entry, arc = (int(i) for i in bad[0])
         where = f"graph entry {entry}, arc {arc}" if graph.batch_shape else f"graph arc {arc}"
-        raise ValueError(f"{fn}: {where} has label {labels[entry, arc]}, outside the "
-                         f"emission columns [0, V) = [0, {num_columns})")
+        raise ValueError(
+            f"{fn}: {where} has label {labels[entry, arc]}, outside the "
+            f"emission columns [0, V) = [0, {num_columns})"
+        )
 
 
 def graph_slots(graph: Fsa, semiring: Semiring) -> tuple[Slots, jax.Array, jax.Array]:
@@ -103,31 +111,44 @@ def graph_slots(graph: Fsa, semiring: Semiring) -> tuple[Slots, jax.Array, jax.A
     weight = jnp.append(graph.weight, semiring.zero)[in_arcs]
     # Where each arc sits among the slots, to list the slots leaving a state.
     slot_of_arc = jnp.full(graph.num_arcs + 1, no_slot, jnp.int32)
-    slot_of_arc = slot_of_arc.at[in_arcs.reshape(-1)].set(
-        jnp.arange(no_slot, dtype=jnp.int32)).at[graph.num_arcs].set(no_slot)
+    slot_of_arc = (
+        slot_of_arc.at[in_arcs.reshape(-1)]
+        .set(jnp.arange(no_slot, dtype=jnp.int32))
+        .at[graph.num_arcs]
+        .set(no_slot)
+    )
     leaving = slot_of_arc[graph.schedule.state_out_arcs]
     return Slots(src=src, label=label, leaving=leaving), weight, jnp.asarray(graph.final_weight)
 
 
-def _over_batch(one_utterance: Callable[[Fsa, jax.Array, jax.Array], Any], graph: Fsa,
-                emissions: jax.Array, lengths: jax.Array) -> Any:
+def _over_batch(
+    one_utterance: Callable[[Fsa, jax.Array, jax.Array], Any],
+    graph: Fsa,
+    emissions: jax.Array,
+    lengths: jax.Array,
+) -> Any:
     """`one_utterance(graph, emissions [T, V], length)` vmapped over B."""
     graph_axis = 0 if graph.batch_shape else None
     return jax.vmap(one_utterance, in_axes=(graph_axis, 0, 0))(graph, emissions, lengths)
 
 
 @functools.partial(jax.jit, static_argnames="semiring")
-def _dense_tot_score(graph: Fsa, emissions: jax.Array, lengths: jax.Array,
-                     semiring: Semiring) -> jax.Array:
+def _dense_tot_score(
+    graph: Fsa, emissions: jax.Array, lengths: jax.Array, semiring: Semiring
+) -> jax.Array:
     def one_utterance(graph: Fsa, emissions: jax.Array, length: jax.Array) -> jax.Array:
         slots, slot_weight, final_weight = graph_slots(graph, semiring)
-        return dense_recursion.total(semiring, slots, slot_weight, final_weight, emissions,
-                                     length)
+        return dense_recursion.total(semiring, slots, slot_weight, final_weight, emissions, length)
+
     return _over_batch(one_utterance, graph, emissions, lengths)
 
 
-def dense_tot_score(graph: Fsa, emissions: npt.ArrayLike, lengths: npt.ArrayLike | None = None,
-                    semiring: Semiring = LOG) -> jax.Array:
+def dense_tot_score(
+    graph: Fsa,
+    emissions: npt.ArrayLike,
+    lengths: npt.ArrayLike | None = None,
+    semiring: Semiring = LOG,
+) -> jax.Array:
     """⊕ over the paths of `graph` that consume exactly `lengths[b]` frames.
 
     Every arc consumes one frame and adds `emissions[b, t, arc.ilabel]` to
@@ -175,32 +196,50 @@ def dense_tot_score(graph: Fsa, emissions: npt.ArrayLike, lengths: npt.ArrayLike
 
 
 @jax.jit
-def _viterbi_decode(graph: Fsa, emissions: jax.Array,
-                    lengths: jax.Array) -> tuple[jax.Array, jax.Array]:
-    def one_utterance(graph: Fsa, emissions: jax.Array,
-                      length: jax.Array) -> tuple[jax.Array, jax.Array]:
+def _viterbi_decode(
+    graph: Fsa, emissions: jax.Array, lengths: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    def one_utterance(
+        graph: Fsa, emissions: jax.Array, length: jax.Array
+    ) -> tuple[jax.Array, jax.Array]:
         slots, slot_weight, final_weight = graph_slots(graph, TROPICAL)
         return best_columns(slots, slot_weight, final_weight, emissions, length)
+
     return _over_batch(one_utterance, graph, emissions, lengths)
 
 
-def best_columns(slots: Slots, slot_weight: jax.Array, final_weight: jax.Array,
-                 emissions: jax.Array, length: jax.Array) -> tuple[jax.Array, jax.Array]:
+def best_columns(
+    slots: Slots,
+    slot_weight: jax.Array,
+    final_weight: jax.Array,
+    emissions: jax.Array,
+    length: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
     """(int32 [T] column per frame, -1 past `length`; best score []) of one
     utterance. The score is the TROPICAL total, so it is differentiable."""
     alpha, choices, _ = dense_recursion.forward_with_choices(
-        TROPICAL, slots, jax.lax.stop_gradient(slot_weight), jax.lax.stop_gradient(emissions),
-        length)
+        TROPICAL,
+        slots,
+        jax.lax.stop_gradient(slot_weight),
+        jax.lax.stop_gradient(emissions),
+        length,
+    )
     _, columns, _, _ = dense_recursion.best_frames(
-        TROPICAL, slots, slot_weight.shape[1], jax.lax.stop_gradient(final_weight), alpha,
-        choices, length)
-    score = dense_recursion.total(TROPICAL, slots, slot_weight, final_weight, emissions,
-                                  length)
+        TROPICAL,
+        slots,
+        slot_weight.shape[1],
+        jax.lax.stop_gradient(final_weight),
+        alpha,
+        choices,
+        length,
+    )
+    score = dense_recursion.total(TROPICAL, slots, slot_weight, final_weight, emissions, length)
     return columns.astype(jnp.int32), score
 
 
-def viterbi_decode(graph: Fsa, emissions: npt.ArrayLike,
-                   lengths: npt.ArrayLike | None = None) -> tuple[jax.Array, jax.Array]:
+def viterbi_decode(
+    graph: Fsa, emissions: npt.ArrayLike, lengths: npt.ArrayLike | None = None
+) -> tuple[jax.Array, jax.Array]:
     """The best path through `graph`'s dense intersection, frame by frame.
 
     The path maximises the TROPICAL score of `dense_tot_score` (ties as

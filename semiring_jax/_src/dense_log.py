@@ -37,14 +37,14 @@ __all__ = ["forward", "posterior_grads", "total_pair"]
 _ZERO = -jnp.inf
 
 
-def _start(num_states: int, dtype: DTypeLike,
-           reference: jax.Array) -> tuple[jax.Array, jax.Array]:
+def _start(num_states: int, dtype: DTypeLike, reference: jax.Array) -> tuple[jax.Array, jax.Array]:
     hi = jnp.full(num_states, _ZERO, dtype).at[0].set(0)
     return varying_like(reference, hi), varying_like(reference, jnp.zeros(num_states, dtype))
 
 
-def _to_dst(slots: Slots, slot_weight: jax.Array, frame: jax.Array, his: Slotwise,
-            los: Slotwise) -> tuple[Slotwise, Slotwise]:
+def _to_dst(
+    slots: Slots, slot_weight: jax.Array, frame: jax.Array, his: Slotwise, los: Slotwise
+) -> tuple[Slotwise, Slotwise]:
     """slot weight + emission + (hi, lo), slot by slot, as pairs (columns
     or [S, K] arrays, as `dense_slots.by_columns` says).
 
@@ -81,46 +81,58 @@ def _stacked(values: Slotwise) -> jax.Array:
     return jnp.stack(values, axis=1) if isinstance(values, list) else values
 
 
-def forward(slots: Slots, slot_weight: jax.Array, emissions: jax.Array,
-            length: jax.Array) -> tuple[tuple[jax.Array, jax.Array], Any]:
+def forward(
+    slots: Slots, slot_weight: jax.Array, emissions: jax.Array, length: jax.Array
+) -> tuple[tuple[jax.Array, jax.Array], Any]:
     """((α_hi, α_lo) [S] after `length` frames, (hi, lo) [T, S] after each
     frame)."""
     num_states, num_slots = slot_weight.shape
 
-    def step(carry: tuple[jax.Array, jax.Array], inputs: tuple[jax.Array, jax.Array]
-             ) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:
+    def step(
+        carry: tuple[jax.Array, jax.Array], inputs: tuple[jax.Array, jax.Array]
+    ) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:
         hi, lo = carry
         t, frame = inputs
-        terms = _to_dst(slots, slot_weight, frame, pull_columns(hi, slots, num_slots, _ZERO),
-                        pull_columns(lo, slots, num_slots, 0.0))
+        terms = _to_dst(
+            slots,
+            slot_weight,
+            frame,
+            pull_columns(hi, slots, num_slots, _ZERO),
+            pull_columns(lo, slots, num_slots, 0.0),
+        )
         new_hi, new_lo = _log_sum(*terms)
         active = t < length
         hi, lo = jnp.where(active, new_hi, hi), jnp.where(active, new_lo, lo)
         return (hi, lo), (hi, lo)
 
     frames = jnp.arange(emissions.shape[0], dtype=jnp.int32)
-    return jax.lax.scan(step, _start(num_states, slot_weight.dtype, emissions),
-                        (frames, emissions))
+    return jax.lax.scan(step, _start(num_states, slot_weight.dtype, emissions), (frames, emissions))
 
 
-def total_pair(alpha: tuple[jax.Array, jax.Array],
-               final_weight: jax.Array) -> tuple[jax.Array, jax.Array]:
+def total_pair(
+    alpha: tuple[jax.Array, jax.Array], final_weight: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """Z = log Σ_s exp(α[s] + final_weight[s]), as a pair."""
     return compensated.log_sum_pair(*compensated.add(*alpha, final_weight), axis=0)
 
 
-def posterior_grads(slot_grads: bool, slots: Slots, slot_weight: jax.Array,
-                    final_weight: jax.Array, emissions: jax.Array, length: jax.Array,
-                    alpha_end: tuple[jax.Array, jax.Array], saved: tuple[jax.Array, jax.Array]
-                    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+def posterior_grads(
+    slot_grads: bool,
+    slots: Slots,
+    slot_weight: jax.Array,
+    final_weight: jax.Array,
+    emissions: jax.Array,
+    length: jax.Array,
+    alpha_end: tuple[jax.Array, jax.Array],
+    saved: tuple[jax.Array, jax.Array],
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(slot [S, K], final [S], emission [T, V] or [T, S]) gradients of the
     total: expected uses of each slot, stopping posteriors, and per-frame
     column (or state) posteriors; all exactly 0 when the total is -inf."""
     num_states, num_slots = slot_weight.shape
     num_columns = emissions.shape[1]
     z_hi, z_lo = total_pair(alpha_end, final_weight)
-    final_grad = compensated.exp_difference(*compensated.add(*alpha_end, final_weight),
-                                            z_hi, z_lo)
+    final_grad = compensated.exp_difference(*compensated.add(*alpha_end, final_weight), z_hi, z_lo)
     saved_hi, saved_lo = saved
     # Per-state emissions and no slot gradient: the state occupancies
     # exp(α after t + β after t - Z) are the emission gradient, [S] per
@@ -131,8 +143,9 @@ def posterior_grads(slot_grads: bool, slots: Slots, slot_weight: jax.Array,
         saved_hi = jnp.concatenate([start_hi[None], saved_hi[:-1]])
         saved_lo = jnp.concatenate([start_lo[None], saved_lo[:-1]])
 
-    def step(carry: tuple[jax.Array, jax.Array, jax.Array], inputs: tuple[jax.Array, ...]
-             ) -> tuple[tuple[jax.Array, jax.Array, jax.Array], jax.Array]:
+    def step(
+        carry: tuple[jax.Array, jax.Array, jax.Array], inputs: tuple[jax.Array, ...]
+    ) -> tuple[tuple[jax.Array, jax.Array, jax.Array], jax.Array]:
         beta_hi, beta_lo, slot_grad = carry  # β after frame t; [S, K] so far
         t, frame, alpha_hi, alpha_lo = inputs
         active = t < length
@@ -146,24 +159,34 @@ def posterior_grads(slot_grads: bool, slots: Slots, slot_weight: jax.Array,
             from_hi = _stacked(pull_columns(alpha_hi, slots, num_slots, _ZERO))
             from_lo = _stacked(pull_columns(alpha_lo, slots, num_slots, 0.0))
             posterior = compensated.exp_difference(
-                *compensated.add(from_hi, from_lo + to_lo, to_hi), z_hi, z_lo)
+                *compensated.add(from_hi, from_lo + to_lo, to_hi), z_hi, z_lo
+            )
             posterior = jnp.where(active, posterior, jnp.zeros_like(posterior))
             slot_grad = slot_grad + posterior
             emission_grad = _columns(slots.label, posterior, num_columns)
-        new_hi, new_lo = _log_sum(*_add(push_destinations(beta_hi, slots, num_slots, _ZERO),
-                                        push_destinations(beta_lo, slots, num_slots, 0.0),
-                                        push_columns(added, slots, _ZERO)))
+        new_hi, new_lo = _log_sum(
+            *_add(
+                push_destinations(beta_hi, slots, num_slots, _ZERO),
+                push_destinations(beta_lo, slots, num_slots, 0.0),
+                push_columns(added, slots, _ZERO),
+            )
+        )
         beta_hi = jnp.where(active, new_hi, beta_hi)
         beta_lo = jnp.where(active, new_lo, beta_lo)
         return (beta_hi, beta_lo, slot_grad), emission_grad
 
     frames = jnp.arange(emissions.shape[0], dtype=jnp.int32)
-    init = (varying_like(emissions, final_weight),
-            varying_like(emissions, jnp.zeros_like(final_weight)),
-            varying_like(emissions, jnp.zeros_like(slot_weight) if not by_state
-                         else jnp.zeros((), slot_weight.dtype)))
+    init = (
+        varying_like(emissions, final_weight),
+        varying_like(emissions, jnp.zeros_like(final_weight)),
+        varying_like(
+            emissions,
+            jnp.zeros_like(slot_weight) if not by_state else jnp.zeros((), slot_weight.dtype),
+        ),
+    )
     (_, _, slot_grad), emission_grad = jax.lax.scan(
-        step, init, (frames, emissions, saved_hi, saved_lo), reverse=True)
+        step, init, (frames, emissions, saved_hi, saved_lo), reverse=True
+    )
     if by_state:
         slot_grad = jnp.zeros_like(slot_weight)
     return slot_grad, final_grad, emission_grad

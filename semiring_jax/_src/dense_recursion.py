@@ -45,16 +45,23 @@ def _normalises(semiring: Semiring) -> bool:
     return semiring.sum_grad is not None or semiring.argsum is not None
 
 
-def _start(semiring: Semiring, num_states: int, dtype: DTypeLike,
-           reference: jax.Array) -> jax.Array:
+def _start(
+    semiring: Semiring, num_states: int, dtype: DTypeLike, reference: jax.Array
+) -> jax.Array:
     """α before the first frame: one at the start state, zero elsewhere."""
     start = jnp.full(num_states, semiring.zero, dtype).at[0].set(semiring.one)
     return varying_like(reference, start)
 
 
-def _forward(semiring: Semiring, slots: Slots, slot_weight: jax.Array,
-             emissions: jax.Array, length: jax.Array, *,
-             with_choice: bool = False) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _forward(
+    semiring: Semiring,
+    slots: Slots,
+    slot_weight: jax.Array,
+    emissions: jax.Array,
+    length: jax.Array,
+    *,
+    with_choice: bool = False,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Forward scan: (α after `length` frames [S], saves [T, S], shifts [T]).
 
     The saves are, per frame, α after it (normalised), or with
@@ -67,12 +74,14 @@ def _forward(semiring: Semiring, slots: Slots, slot_weight: jax.Array,
     if with_choice:
         assert argsum is not None  # with_choice is for selective semirings
 
-    def step(alpha: jax.Array, inputs: tuple[jax.Array, jax.Array]
-             ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    def step(
+        alpha: jax.Array, inputs: tuple[jax.Array, jax.Array]
+    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         t, frame = inputs  # frame: [V] or [S]
         terms = semiring.times(
             semiring.times(pull(alpha, slots, num_slots, semiring.zero), slot_weight),
-            frame_scores(frame, slots.label))  # [S, K]
+            frame_scores(frame, slots.label),
+        )  # [S, K]
         new = semiring.sum(terms, axis=1)  # [S]
         shift = max_or_zero(new) if normalise else jnp.zeros((), dtype)
         active = t < length
@@ -82,7 +91,8 @@ def _forward(semiring: Semiring, slots: Slots, slot_weight: jax.Array,
 
     frames = jnp.arange(emissions.shape[0], dtype=jnp.int32)
     alpha, (saved, shifts) = jax.lax.scan(
-        step, _start(semiring, num_states, dtype, emissions), (frames, emissions))
+        step, _start(semiring, num_states, dtype, emissions), (frames, emissions)
+    )
     return alpha, saved, shifts
 
 
@@ -96,8 +106,15 @@ def _is_log(semiring: Semiring) -> bool:
     return semiring.sum is LOG.sum
 
 
-def _plain_total(semiring: Semiring, slot_grads: bool, slots: Slots, slot_weight: jax.Array,
-                 final_weight: jax.Array, emissions: jax.Array, length: jax.Array) -> jax.Array:
+def _plain_total(
+    semiring: Semiring,
+    slot_grads: bool,
+    slots: Slots,
+    slot_weight: jax.Array,
+    final_weight: jax.Array,
+    emissions: jax.Array,
+    length: jax.Array,
+) -> jax.Array:
     if _is_log(semiring):
         alpha_pair, _ = dense_log.forward(slots, slot_weight, emissions, length)
         total_hi, total_lo = dense_log.total_pair(alpha_pair, final_weight)
@@ -110,23 +127,31 @@ def _plain_total(semiring: Semiring, slot_grads: bool, slots: Slots, slot_weight
 dense_total = jax.custom_vjp(_plain_total, nondiff_argnums=(0, 1))
 
 
-def _total_fwd(semiring: Semiring, slot_grads: bool, slots: Slots, slot_weight: jax.Array,
-               final_weight: jax.Array, emissions: jax.Array,
-               length: jax.Array) -> tuple[jax.Array, tuple[Any, ...]]:
+def _total_fwd(
+    semiring: Semiring,
+    slot_grads: bool,
+    slots: Slots,
+    slot_weight: jax.Array,
+    final_weight: jax.Array,
+    emissions: jax.Array,
+    length: jax.Array,
+) -> tuple[jax.Array, tuple[Any, ...]]:
     alpha: Any  # LOG: the (hi, lo) pair
     if _is_log(semiring):
         alpha, saved = dense_log.forward(slots, slot_weight, emissions, length)
         total_hi, total_lo = dense_log.total_pair(alpha, final_weight)
         total = total_hi + total_lo
     else:
-        alpha, saved, shifts = _forward(semiring, slots, slot_weight, emissions, length,
-                                        with_choice=True)
+        alpha, saved, shifts = _forward(
+            semiring, slots, slot_weight, emissions, length, with_choice=True
+        )
         total = semiring.sum(_ends(semiring, alpha, final_weight), axis=0) + jnp.sum(shifts)
     return total, (slots, slot_weight, final_weight, emissions, length, alpha, saved)
 
 
-def _total_bwd(semiring: Semiring, slot_grads: bool, residuals: tuple[Any, ...],
-               cotangent: jax.Array) -> tuple[None, jax.Array, jax.Array, jax.Array, None]:
+def _total_bwd(
+    semiring: Semiring, slot_grads: bool, residuals: tuple[Any, ...], cotangent: jax.Array
+) -> tuple[None, jax.Array, jax.Array, jax.Array, None]:
     # | total | gradients                                                    |
     # | -inf  | exactly 0: LOG posteriors exp(α + β - Z) are 0 where Z is   |
     # |       | -inf, and TROPICAL traces no path                             |
@@ -134,11 +159,13 @@ def _total_bwd(semiring: Semiring, slot_grads: bool, residuals: tuple[Any, ...],
     # |       | the +inf total stays visible either way                       |
     slots, slot_weight, final_weight, emissions, length, alpha, saved = residuals
     if _is_log(semiring):
-        grads = dense_log.posterior_grads(slot_grads, slots, slot_weight, final_weight,
-                                          emissions, length, alpha, saved)
+        grads = dense_log.posterior_grads(
+            slot_grads, slots, slot_weight, final_weight, emissions, length, alpha, saved
+        )
     else:
-        grads = _best_path_grads(semiring, slots, slot_weight, final_weight, emissions,
-                                 length, alpha, saved)
+        grads = _best_path_grads(
+            semiring, slots, slot_weight, final_weight, emissions, length, alpha, saved
+        )
     slot_grad, final_grad, emission_grad = (g * cotangent for g in grads)
     return None, slot_grad, final_grad, emission_grad, None
 
@@ -146,9 +173,15 @@ def _total_bwd(semiring: Semiring, slot_grads: bool, residuals: tuple[Any, ...],
 dense_total.defvjp(_total_fwd, _total_bwd)
 
 
-def best_frames(semiring: Semiring, slots: Slots, num_slots: int, final_weight: jax.Array,
-                alpha_end: jax.Array, choices: jax.Array, length: jax.Array
-                ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+def best_frames(
+    semiring: Semiring,
+    slots: Slots,
+    num_slots: int,
+    final_weight: jax.Array,
+    alpha_end: jax.Array,
+    choices: jax.Array,
+    length: jax.Array,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """TROPICAL trace-back of the best path.
 
     Tie rule: the lowest-numbered best final state, then at each frame the
@@ -171,8 +204,9 @@ def best_frames(semiring: Semiring, slots: Slots, num_slots: int, final_weight: 
     assert semiring.argsum is not None  # a trace-back needs a selective semiring
     last = semiring.argsum(ends, best, axis=0)
 
-    def step(state: jax.Array, inputs: tuple[jax.Array, jax.Array]
-             ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    def step(
+        state: jax.Array, inputs: tuple[jax.Array, jax.Array]
+    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         t, choice = inputs
         active = (t < length) & found
         slot = choice[state]
@@ -187,35 +221,57 @@ def best_frames(semiring: Semiring, slots: Slots, num_slots: int, final_weight: 
     return flat_slots, columns, found, last
 
 
-def _best_path_grads(semiring: Semiring, slots: Slots, slot_weight: jax.Array,
-                     final_weight: jax.Array, emissions: jax.Array, length: jax.Array,
-                     alpha_end: jax.Array, choices: jax.Array
-                     ) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _best_path_grads(
+    semiring: Semiring,
+    slots: Slots,
+    slot_weight: jax.Array,
+    final_weight: jax.Array,
+    emissions: jax.Array,
+    length: jax.Array,
+    alpha_end: jax.Array,
+    choices: jax.Array,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """TROPICAL: the indicator of the traced-back best path."""
     flat_slots, columns, found, last = best_frames(
-        semiring, slots, slot_weight.shape[1], final_weight, alpha_end, choices, length)
+        semiring, slots, slot_weight.shape[1], final_weight, alpha_end, choices, length
+    )
     dtype = slot_weight.dtype
     num_frames, num_columns = emissions.shape
     slot_grad = jnp.zeros(slot_weight.size + 1, dtype).at[flat_slots].add(1)
     slot_grad = slot_grad[:-1].reshape(slot_weight.shape)
-    emission_grad = jnp.zeros((num_frames, num_columns), dtype).at[
-        jnp.arange(num_frames), jnp.where(columns < 0, num_columns, columns)].set(
-            1, mode="drop")
+    emission_grad = (
+        jnp.zeros((num_frames, num_columns), dtype)
+        .at[jnp.arange(num_frames), jnp.where(columns < 0, num_columns, columns)]
+        .set(1, mode="drop")
+    )
     final_grad = jnp.zeros_like(final_weight).at[last].set(found.astype(dtype))
     return slot_grad, final_grad, emission_grad
 
 
-def forward_with_choices(semiring: Semiring, slots: Slots, slot_weight: jax.Array,
-                         emissions: jax.Array, length: jax.Array
-                         ) -> tuple[jax.Array, jax.Array, jax.Array]:
+def forward_with_choices(
+    semiring: Semiring,
+    slots: Slots,
+    slot_weight: jax.Array,
+    emissions: jax.Array,
+    length: jax.Array,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(α_length [S], choices [T, S], shifts [T]) for a trace-back."""
-    alpha, choices, shifts = _forward(semiring, slots, slot_weight, emissions, length,
-                                      with_choice=True)
+    alpha, choices, shifts = _forward(
+        semiring, slots, slot_weight, emissions, length, with_choice=True
+    )
     return alpha, choices, shifts
 
 
-def total(semiring: Semiring, slots: Slots, slot_weight: jax.Array, final_weight: jax.Array,
-          emissions: jax.Array, length: jax.Array, *, slot_grads: bool = True) -> jax.Array:
+def total(
+    semiring: Semiring,
+    slots: Slots,
+    slot_weight: jax.Array,
+    final_weight: jax.Array,
+    emissions: jax.Array,
+    length: jax.Array,
+    *,
+    slot_grads: bool = True,
+) -> jax.Array:
     """⊕ over paths of exactly `length` frames, one utterance.
 
     Custom gradients for LOG and TROPICAL; plain autodiff through the
@@ -234,13 +290,13 @@ def total(semiring: Semiring, slots: Slots, slot_weight: jax.Array, final_weight
       float []; -inf where no path ends in a final state after `length` frames.
     """
     if not (_is_log(semiring) or semiring.argsum is not None):
-        return _plain_total(semiring, slot_grads, slots, slot_weight, final_weight, emissions,
-                            length)
+        return _plain_total(
+            semiring, slot_grads, slots, slot_weight, final_weight, emissions, length
+        )
     # Inside jax.shard_map a graph shared by the batch is replicated while
     # the emissions vary per device; a custom VJP must return cotangents of
     # its inputs' own type, so the weights enter it as varying values (and
     # autodiff of that conversion sums their gradients over devices).
     slot_weight = varying_like(emissions, slot_weight)
     final_weight = varying_like(emissions, final_weight)
-    return dense_total(semiring, slot_grads, slots, slot_weight, final_weight, emissions,
-                       length)
+    return dense_total(semiring, slot_grads, slots, slot_weight, final_weight, emissions, length)

@@ -67,8 +67,9 @@ def pull(scores: jax.Array, slots: Slots, num_slots: int, fill: float) -> jax.Ar
 def push(slot_scores: jax.Array, slots: Slots, fill: float) -> jax.Array:
     """[S, Ko]: for each state, the scores of the slots leaving it."""
     if slots.src is None:
-        return jnp.stack([_shifted(slot_scores[:, k], -k, fill)
-                          for k in range(slot_scores.shape[1])], axis=1)
+        return jnp.stack(
+            [_shifted(slot_scores[:, k], -k, fill) for k in range(slot_scores.shape[1])], axis=1
+        )
     flat = jnp.concatenate([slot_scores.reshape(-1), jnp.full((1,), fill, slot_scores.dtype)])
     return flat[slots.leaving]
 
@@ -107,8 +108,7 @@ def push_columns(slot_values: jax.Array, slots: Slots, fill: float) -> Slotwise:
     return _split(push(slot_values, slots, fill), slots)
 
 
-def push_destinations(scores: jax.Array, slots: Slots, num_slots: int,
-                      fill: float) -> Slotwise:
+def push_destinations(scores: jax.Array, slots: Slots, num_slots: int, fill: float) -> Slotwise:
     """For each state and each slot leaving it, the score [S] at the slot's
     own state (its destination), as Ko columns. Shifting or gathering the
     [S] scores themselves, not an expression of them, keeps XLA from
@@ -117,8 +117,9 @@ def push_destinations(scores: jax.Array, slots: Slots, num_slots: int,
         return [_shifted(scores, -k, fill) for k in range(num_slots)]
     num_states = scores.shape[0]
     assert slots.leaving is not None  # only a banded graph (src None) has none
-    destination = jnp.where(slots.leaving < num_states * num_slots,
-                            slots.leaving // num_slots, num_states)
+    destination = jnp.where(
+        slots.leaving < num_states * num_slots, slots.leaving // num_slots, num_states
+    )
     return _split(jnp.append(scores, jnp.full((1,), fill, scores.dtype))[destination], slots)
 
 

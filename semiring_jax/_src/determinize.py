@@ -21,8 +21,9 @@ from semiring_jax._src.semiring import LOG, Semiring
 __all__ = ["determinize"]
 
 
-def _segment_plus(values: jax.Array, segments: np.ndarray, num_segments: int,
-                  semiring: Semiring) -> jax.Array:
+def _segment_plus(
+    values: jax.Array, segments: np.ndarray, num_segments: int, semiring: Semiring
+) -> jax.Array:
     """⊕ of `values` by segment; the semiring's zero (-inf) for an empty one."""
     top = jax.ops.segment_max(values, segments, num_segments)
     if semiring.argsum is not None:  # selective: ⊕ is the max
@@ -73,8 +74,9 @@ def determinize(fsa: Fsa, semiring: Semiring = LOG, *, max_states: int = 100_000
     if semiring.sum_grad is None:
         raise ValueError(f"determinize: supports LOG and TROPICAL, got {semiring!r}")
     if fsa.batch_shape:
-        return stack([determinize(entry, semiring, max_states=max_states)
-                      for entry in unstack(fsa)])
+        return stack(
+            [determinize(entry, semiring, max_states=max_states) for entry in unstack(fsa)]
+        )
     parts = parts_of(fsa, "determinize")
     try:
         tables = host_determinize.determinize(parts, max_states)
@@ -82,7 +84,8 @@ def determinize(fsa: Fsa, semiring: Semiring = LOG, *, max_states: int = 100_000
         raise ValueError(
             f"determinize: more than max_states = {max_states} result states; only "
             f"singleton subsets are merged (weight-independent), so a cyclic input whose "
-            f"cycles keep making new subsets would never stop") from None
+            f"cycles keep making new subsets would never stop"
+        ) from None
     dtype = fsa.dtype
     real = np.flatnonzero(np.asarray(fsa.arc_mask))
     weight = jnp.asarray(fsa.weight)[real]
@@ -98,9 +101,19 @@ def determinize(fsa: Fsa, semiring: Semiring = LOG, *, max_states: int = 100_000
         residual = jnp.where(found, values - shift, -jnp.inf)
         new = depth.slot_residual >= 0
         residuals = residuals.at[depth.slot_residual[new]].set(residual[new])
-    arc_weight = (jnp.concatenate(arc_weights) if arc_weights else jnp.zeros(0, dtype))
-    final_terms = (residuals[tables.member_residual]
-                   + jnp.asarray(fsa.final_weight)[tables.member_input])
+    arc_weight = jnp.concatenate(arc_weights) if arc_weights else jnp.zeros(0, dtype)
+    final_terms = (
+        residuals[tables.member_residual] + jnp.asarray(fsa.final_weight)[tables.member_input]
+    )
     final_weight = _segment_plus(final_terms, tables.member_state, tables.num_states, semiring)
-    return trimmed_fsa(tables.num_states, tables.src, tables.dst, tables.label, tables.label,
-                       tables.is_final, arc_weight, final_weight, True)
+    return trimmed_fsa(
+        tables.num_states,
+        tables.src,
+        tables.dst,
+        tables.label,
+        tables.label,
+        tables.is_final,
+        arc_weight,
+        final_weight,
+        True,
+    )

@@ -52,8 +52,10 @@ def remove_epsilon(fsa: Fsa, semiring: Semiring = LOG) -> Fsa:
     tables, cycle = epsilon.epsilon_removal(parts)
     if cycle:
         path = " -> ".join(str(state) for state in cycle)
-        raise ValueError(f"remove_epsilon: state {cycle[0]} lies on a cycle of epsilon arcs "
-                         f"({path}); its closure would be an infinite sum")
+        raise ValueError(
+            f"remove_epsilon: state {cycle[0]} lies on a cycle of epsilon arcs "
+            f"({path}); its closure would be an infinite sum"
+        )
     assert tables is not None  # no cycle
     dtype = fsa.dtype
     real = np.flatnonzero(np.asarray(fsa.arc_mask))
@@ -61,16 +63,29 @@ def remove_epsilon(fsa: Fsa, semiring: Semiring = LOG) -> Fsa:
     # Epsilon-closure weights d(p, q): forward scores of the pair graph.
     pair_weight = jnp.append(weight, jnp.asarray(semiring.one, dtype))[tables.pair_arc]
     zeros = np.zeros(len(tables.pair_src), np.int64)
-    pair_graph = placeholder(tables.num_pairs + 1, tables.pair_src, tables.pair_dst, zeros,
-                              zeros, dtype, True).replace(weight=pair_weight)
+    pair_graph = placeholder(
+        tables.num_pairs + 1, tables.pair_src, tables.pair_dst, zeros, zeros, dtype, True
+    ).replace(weight=pair_weight)
     closure = forward_scores(pair_graph, semiring)[1:]  # [P]
     closure = jnp.append(closure, jnp.asarray(semiring.zero, dtype))  # pair P: none
     arc_weight = semiring.times(closure[tables.arc_pair], weight[tables.arc_input])
-    final_weight = semiring.sum(semiring.times(closure[tables.final_pairs],
-                                               jnp.asarray(fsa.final_weight)[tables.final_states]),
-                                axis=1)
+    final_weight = semiring.sum(
+        semiring.times(
+            closure[tables.final_pairs], jnp.asarray(fsa.final_weight)[tables.final_states]
+        ),
+        axis=1,
+    )
     # Trim, as OpenFst's RmEpsilon does: states only reached through removed
     # epsilons, or that reach no final state, go.
     is_final = tables.final_pairs[:, 0] < tables.num_pairs
-    return trimmed_fsa(parts.num_states, tables.src, tables.dst, tables.ilabel, tables.olabel,
-                       is_final, arc_weight, final_weight, fsa.is_acceptor)
+    return trimmed_fsa(
+        parts.num_states,
+        tables.src,
+        tables.dst,
+        tables.ilabel,
+        tables.olabel,
+        is_final,
+        arc_weight,
+        final_weight,
+        fsa.is_acceptor,
+    )

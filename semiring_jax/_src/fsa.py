@@ -99,9 +99,15 @@ class Fsa:
     # -- constructors ----------------------------------------------------------
 
     @classmethod
-    def from_arcs(cls, arcs: Any, final: Mapping[int, float] | Sequence[int], *,
-                  num_states: int | None = None, start: int = 0,
-                  dtype: Any = np.float32) -> Fsa:
+    def from_arcs(
+        cls,
+        arcs: Any,
+        final: Mapping[int, float] | Sequence[int],
+        *,
+        num_states: int | None = None,
+        start: int = 0,
+        dtype: Any = np.float32,
+    ) -> Fsa:
         """Builds an Fsa from arc tuples and final states.
 
         Args:
@@ -132,14 +138,21 @@ class Fsa:
         for value in [arcs, *first_row]:
             checks.check_not_traced(value, "arcs", "from_arcs")
         checks.check_not_traced(final, "final", "from_arcs")
-        arrays = build.arcs_from_rows(arcs, final, num_states=num_states, start=start,
-                                      dtype=dtype, fn="from_arcs")
+        arrays = build.arcs_from_rows(
+            arcs, final, num_states=num_states, start=start, dtype=dtype, fn="from_arcs"
+        )
         return assemble(arrays)
 
     @classmethod
-    def from_openfst(cls, text: str, *, acceptor: bool | None = None,
-                     dtype: Any = np.float32, isymbols: SymbolTable | None = None,
-                     osymbols: SymbolTable | None = None) -> Fsa:
+    def from_openfst(
+        cls,
+        text: str,
+        *,
+        acceptor: bool | None = None,
+        dtype: Any = np.float32,
+        isymbols: SymbolTable | None = None,
+        osymbols: SymbolTable | None = None,
+    ) -> Fsa:
         """Reads OpenFst's AT&T text format; costs become scores (negated).
 
         Arc lines are `src dst ilabel olabel [cost]` (transducer) or
@@ -180,8 +193,11 @@ class Fsa:
           [1 2]
         """
         dtype = checks.check_float_dtype(dtype, "dtype", "from_openfst")
-        return assemble(text_io.parse_openfst(text, acceptor=acceptor, dtype=dtype,
-                                              isymbols=isymbols, osymbols=osymbols))
+        return assemble(
+            text_io.parse_openfst(
+                text, acceptor=acceptor, dtype=dtype, isymbols=isymbols, osymbols=osymbols
+            )
+        )
 
     @classmethod
     def from_k2(cls, text: str, *, dtype: Any = np.float32) -> Fsa:
@@ -217,16 +233,24 @@ class Fsa:
         if self.batch_shape:
             raise ValueError(
                 f"{fn}: takes an unbatched Fsa, got batch_shape={self.batch_shape}; "
-                f"use sj.unstack(batch)[i]")
+                f"use sj.unstack(batch)[i]"
+            )
         real = checks.concrete(self.arc_mask, "arc_mask", fn).astype(bool)
         pick = lambda field: checks.concrete(getattr(self, field), field, fn)[real]
         return build.ArcArrays(
-            self.num_states, pick("src"), pick("dst"), pick("ilabel"), pick("olabel"),
-            pick("weight"), checks.concrete(self.final_weight, "final_weight", fn),
-            self.is_acceptor)
+            self.num_states,
+            pick("src"),
+            pick("dst"),
+            pick("ilabel"),
+            pick("olabel"),
+            pick("weight"),
+            checks.concrete(self.final_weight, "final_weight", fn),
+            self.is_acceptor,
+        )
 
-    def to_openfst(self, *, isymbols: SymbolTable | None = None,
-                   osymbols: SymbolTable | None = None) -> str:
+    def to_openfst(
+        self, *, isymbols: SymbolTable | None = None, osymbols: SymbolTable | None = None
+    ) -> str:
         """Writes OpenFst's AT&T text format (scores negated to costs).
 
         Arcs leaving state 0 come first, so that `fstcompile` takes it as the
@@ -257,8 +281,9 @@ class Fsa:
           0	1	a	<eps>	-0.5
           1	0.0
         """
-        return text_io.format_openfst(self._host_arrays("to_openfst"), isymbols=isymbols,
-                                      osymbols=osymbols)
+        return text_io.format_openfst(
+            self._host_arrays("to_openfst"), isymbols=isymbols, osymbols=osymbols
+        )
 
     def to_k2(self) -> str:
         """Writes k2's text format: a -1 arc into a new last state per final.
@@ -309,8 +334,13 @@ class Fsa:
         dtype = checks.check_float_dtype(dtype, "dtype", "from_pynini")
         return interop.from_pynini(fst, dtype=dtype)
 
-    def to_pynini(self, *, arc_type: str = "standard", isymbols: SymbolTable | None = None,
-                  osymbols: SymbolTable | None = None) -> Any:
+    def to_pynini(
+        self,
+        *,
+        arc_type: str = "standard",
+        isymbols: SymbolTable | None = None,
+        osymbols: SymbolTable | None = None,
+    ) -> Any:
         """Converts to a `pynini.Fst`; scores become costs (negated).
 
         States keep their numbers and state 0 is the start; a -inf score
@@ -337,12 +367,23 @@ class Fsa:
         """
         from semiring_jax._src import interop
 
-        return interop.to_pynini(self._host_arrays("to_pynini"), arc_type=arc_type,
-                                 isymbols=isymbols, osymbols=osymbols)
+        return interop.to_pynini(
+            self._host_arrays("to_pynini"), arc_type=arc_type, isymbols=isymbols, osymbols=osymbols
+        )
 
-    def to_dot(self, *, title: str = "", isymbols: Any = None, osymbols: Any = None,
-               show_weights: bool = True, arc_values: Any = None, value_name: str = "",
-               precision: int = 3, color: bool = True, width: bool = True) -> str:
+    def to_dot(
+        self,
+        *,
+        title: str = "",
+        isymbols: Any = None,
+        osymbols: Any = None,
+        show_weights: bool = True,
+        arc_values: Any = None,
+        value_name: str = "",
+        precision: int = 3,
+        color: bool = True,
+        width: bool = True,
+    ) -> str:
         """Graphviz source of the drawing: arcs `ilabel:olabel/score`.
 
         States are circles, final ones double circles reading `state/score`;
@@ -386,12 +427,20 @@ class Fsa:
         if arc_values is not None:
             values = checks.concrete(arc_values, "arc_values", "to_dot")
             checks.check_shape(values, "arc_values", "to_dot", (self.num_arcs,), "[A]")
-            arc_values = values[checks.concrete(self.arc_mask, "arc_mask", "to_dot")
-                                .astype(bool)]
-        return dot.to_dot(arrays, title=title, isymbols=isymbols, osymbols=osymbols,
-                          show_weights=show_weights, arc_values=arc_values,
-                          value_name=value_name, precision=precision, color=color,
-                          width=width, fn="to_dot")
+            arc_values = values[checks.concrete(self.arc_mask, "arc_mask", "to_dot").astype(bool)]
+        return dot.to_dot(
+            arrays,
+            title=title,
+            isymbols=isymbols,
+            osymbols=osymbols,
+            show_weights=show_weights,
+            arc_values=arc_values,
+            value_name=value_name,
+            precision=precision,
+            color=color,
+            width=width,
+            fn="to_dot",
+        )
 
     def _repr_svg_(self) -> str | None:
         """SVG for Jupyter through Graphviz's `dot`; None when there is no
@@ -408,8 +457,11 @@ class Fsa:
             bundle = {"image/svg+xml": svg, "text/plain": repr(self)}
         else:
             bundle = {"text/plain": source if source is not None else repr(self)}
-        return {kind: data for kind, data in bundle.items()
-                if (not include or kind in include) and not (exclude and kind in exclude)}
+        return {
+            kind: data
+            for kind, data in bundle.items()
+            if (not include or kind in include) and not (exclude and kind in exclude)
+        }
 
     def _dot_or_none(self) -> str | None:
         # A display hook must not raise: a batched or traced Fsa (ValueError)
@@ -456,32 +508,52 @@ class Fsa:
         if unknown:
             raise TypeError(
                 f"replace: unknown field(s) {sorted(unknown)}; expected some of "
-                f"{list(_FREE_FIELDS + _STRUCTURE_FIELDS)}")
+                f"{list(_FREE_FIELDS + _STRUCTURE_FIELDS)}"
+            )
         arc_shape = (*self.batch_shape, self.num_arcs)
         for name, value in fields.items():
             expected = (*self.batch_shape, self.num_states) if name == "final_weight" else arc_shape
-            checks.check_shape(value, name, "replace", expected,
-                               "[..., S]" if name == "final_weight" else "[..., A]")
+            checks.check_shape(
+                value,
+                name,
+                "replace",
+                expected,
+                "[..., S]" if name == "final_weight" else "[..., A]",
+            )
         for name in set(fields) & {"ilabel", "olabel", "src", "dst"}:
             if not np.issubdtype(np.result_type(fields[name]), np.integer):
-                raise ValueError(f"replace: {name} must hold integers, got "
-                                 f"{np.result_type(fields[name])}")
+                raise ValueError(
+                    f"replace: {name} must hold integers, got {np.result_type(fields[name])}"
+                )
         new = dataclasses.replace(self, **{name: _as_array(v) for name, v in fields.items()})
         _check_weight_dtypes(new)
         for name in ("weight", "final_weight"):
             value = getattr(new, name)
             if name in fields and not checks.is_traced(value):
-                build.check_weights(np.asarray(value).reshape(-1), "replace",
-                                    "arc" if name == "weight" else "final state")
+                build.check_weights(
+                    np.asarray(value).reshape(-1),
+                    "replace",
+                    "arc" if name == "weight" else "final state",
+                )
         if set(fields) & set(_STRUCTURE_FIELDS):
             new = _rebuild(new)
         return new
 
 
 jax.tree_util.register_dataclass(
-    Fsa, data_fields=["src", "dst", "ilabel", "olabel", "weight", "final_weight",
-                      "arc_mask", "schedule"],
-    meta_fields=["cycle", "is_acceptor"])
+    Fsa,
+    data_fields=[
+        "src",
+        "dst",
+        "ilabel",
+        "olabel",
+        "weight",
+        "final_weight",
+        "arc_mask",
+        "schedule",
+    ],
+    meta_fields=["cycle", "is_acceptor"],
+)
 
 
 def _as_array(value: Any) -> Any:
@@ -494,7 +566,8 @@ def _check_weight_dtypes(fsa: Fsa) -> None:
     if weight_dtype != final_dtype:
         raise ValueError(
             f"replace: weight is {weight_dtype} but final_weight is {final_dtype}; "
-            f"both must have the same dtype")
+            f"both must have the same dtype"
+        )
 
 
 def _rebuild(fsa: Fsa) -> Fsa:
@@ -502,7 +575,8 @@ def _rebuild(fsa: Fsa) -> Fsa:
     if fsa.batch_shape:
         raise ValueError(
             "replace: src, dst and arc_mask of a batched Fsa cannot be replaced; "
-            "replace them per entry and sj.stack again")
+            "replace them per entry and sj.stack again"
+        )
     src = checks.concrete(fsa.src, "src", "replace").astype(np.int32)
     dst = checks.concrete(fsa.dst, "dst", "replace").astype(np.int32)
     arc_mask = checks.concrete(fsa.arc_mask, "arc_mask", "replace").astype(bool)
@@ -511,15 +585,22 @@ def _rebuild(fsa: Fsa) -> Fsa:
         if bad.size:
             i = int(bad[0])
             raise ValueError(
-                f"replace: arc {i} has {name}={values[i]} but num_states={fsa.num_states}")
-    rebuilt = _schedule_fields(fsa.num_states, src, dst, arc_mask, None,
-                         np.array([fsa.num_states, fsa.num_arcs], np.int32))
+                f"replace: arc {i} has {name}={values[i]} but num_states={fsa.num_states}"
+            )
+    rebuilt = _schedule_fields(
+        fsa.num_states, src, dst, arc_mask, None, np.array([fsa.num_states, fsa.num_arcs], np.int32)
+    )
     return dataclasses.replace(fsa, src=src, dst=dst, arc_mask=arc_mask, **rebuilt)
 
 
-def _schedule_fields(num_states: int, src: np.ndarray, dst: np.ndarray, arc_mask: np.ndarray,
-               shape: schedule.ScheduleShape | None, real_sizes: np.ndarray
-               ) -> dict[str, Any]:
+def _schedule_fields(
+    num_states: int,
+    src: np.ndarray,
+    dst: np.ndarray,
+    arc_mask: np.ndarray,
+    shape: schedule.ScheduleShape | None,
+    real_sizes: np.ndarray,
+) -> dict[str, Any]:
     """The `schedule` and `cycle` fields for the given structure."""
     real_src, real_dst = src[arc_mask], dst[arc_mask]
     cycle = levels.find_cycle(num_states, real_src, real_dst)
@@ -527,14 +608,20 @@ def _schedule_fields(num_states: int, src: np.ndarray, dst: np.ndarray, arc_mask
         tables = schedule.empty_schedule_arrays(num_states, src.shape[0])
     else:
         tables = schedule.build_schedule_arrays(num_states, src, dst, arc_mask, shape)
-    by_state = dict(state_in_arcs=arc_tables.arcs_by_state(num_states, dst, arc_mask),
-                    state_out_arcs=arc_tables.arcs_by_state(num_states, src, arc_mask))
+    by_state = dict(
+        state_in_arcs=arc_tables.arcs_by_state(num_states, dst, arc_mask),
+        state_out_arcs=arc_tables.arcs_by_state(num_states, src, arc_mask),
+    )
     return dict(schedule=Schedule(**tables, real_sizes=real_sizes, **by_state), cycle=cycle)
 
 
-def assemble(arrays: build.ArcArrays, *, arc_mask: np.ndarray | None = None,
-             shape: schedule.ScheduleShape | None = None,
-             real_sizes: tuple[int, int] | None = None) -> Fsa:
+def assemble(
+    arrays: build.ArcArrays,
+    *,
+    arc_mask: np.ndarray | None = None,
+    shape: schedule.ScheduleShape | None = None,
+    real_sizes: tuple[int, int] | None = None,
+) -> Fsa:
     """An Fsa from validated host arrays, with its schedule computed.
 
     Args:
@@ -548,9 +635,17 @@ def assemble(arrays: build.ArcArrays, *, arc_mask: np.ndarray | None = None,
         arc_mask = np.ones(num_arcs, dtype=bool)
     if real_sizes is None:
         real_sizes = (arrays.num_states, num_arcs)
-    structure = _schedule_fields(arrays.num_states, arrays.src, arrays.dst, arc_mask, shape,
-                           np.asarray(real_sizes, np.int32))
-    return Fsa(src=arrays.src, dst=arrays.dst, ilabel=arrays.ilabel, olabel=arrays.olabel,
-               weight=arrays.weight, final_weight=arrays.final_weight, arc_mask=arc_mask,
-               is_acceptor=arrays.is_acceptor, **structure)
-
+    structure = _schedule_fields(
+        arrays.num_states, arrays.src, arrays.dst, arc_mask, shape, np.asarray(real_sizes, np.int32)
+    )
+    return Fsa(
+        src=arrays.src,
+        dst=arrays.dst,
+        ilabel=arrays.ilabel,
+        olabel=arrays.olabel,
+        weight=arrays.weight,
+        final_weight=arrays.final_weight,
+        arc_mask=arc_mask,
+        is_acceptor=arrays.is_acceptor,
+        **structure,
+    )

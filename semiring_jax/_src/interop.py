@@ -31,8 +31,11 @@ from semiring_jax._src.host.symbols import SymbolTable, import_pynini
 __all__ = ["ARC_WEIGHT_DTYPES", "from_pynini", "to_pynini"]
 
 # OpenFst arc type -> the numpy dtype of its weights.
-ARC_WEIGHT_DTYPES: dict[str, np.dtype] = {"standard": np.dtype("<f4"), "log": np.dtype("<f4"),
-                     "log64": np.dtype("<f8")}
+ARC_WEIGHT_DTYPES: dict[str, np.dtype] = {
+    "standard": np.dtype("<f4"),
+    "log": np.dtype("<f4"),
+    "log64": np.dtype("<f8"),
+}
 
 _FST_MAGIC = 2125659606
 _SYMBOL_TABLE_MAGIC = 2125658996
@@ -47,9 +50,11 @@ class _Reader:
 
     def take(self, size: int) -> bytes:
         if self.offset + size > len(self.data):
-            raise ValueError(f"{self.fn}: the FST's binary form ends early, at byte "
-                             f"{self.offset} of {len(self.data)}")
-        piece = self.data[self.offset:self.offset + size]
+            raise ValueError(
+                f"{self.fn}: the FST's binary form ends early, at byte "
+                f"{self.offset} of {len(self.data)}"
+            )
+        piece = self.data[self.offset : self.offset + size]
         self.offset += size
         return piece
 
@@ -92,8 +97,10 @@ def _read_arcs(data: bytes, fn: str) -> tuple[int, int, np.ndarray, list[np.ndar
         raise ValueError(f"{fn}: not an OpenFst binary FST")
     fst_type, arc_type = reader.string(), reader.string()
     if arc_type not in ARC_WEIGHT_DTYPES:
-        raise ValueError(f"{fn}: arc type {arc_type!r} is not supported; expected one of "
-                         f"{sorted(ARC_WEIGHT_DTYPES)}")
+        raise ValueError(
+            f"{fn}: arc type {arc_type!r} is not supported; expected one of "
+            f"{sorted(ARC_WEIGHT_DTYPES)}"
+        )
     if fst_type != "vector":
         raise ValueError(f"{fn}: cannot read an FST of type {fst_type!r}")
     reader.number("<i")  # version
@@ -105,8 +112,9 @@ def _read_arcs(data: bytes, fn: str) -> tuple[int, int, np.ndarray, list[np.ndar
         if flags & bit:
             reader.skip_symbol_table()
     weight_dtype = ARC_WEIGHT_DTYPES[arc_type]
-    arc_dtype = np.dtype([("ilabel", "<i4"), ("olabel", "<i4"), ("weight", weight_dtype),
-                          ("nextstate", "<i4")])
+    arc_dtype = np.dtype(
+        [("ilabel", "<i4"), ("olabel", "<i4"), ("weight", weight_dtype), ("nextstate", "<i4")]
+    )
     final_costs = np.empty(num_states, np.float64)
     arcs = []
     for state in range(num_states):
@@ -120,8 +128,9 @@ def from_pynini(fst: Any, *, dtype: np.dtype) -> Fsa:
     fn = "from_pynini"
     start, num_states, final_costs, per_state = _read_arcs(_vector_fst_bytes(fst, fn), fn)
     if start < 0:  # no start state: no path
-        return assemble(build.arcs_from_rows(np.zeros((0, 4)), {}, num_states=1, start=0,
-                                             dtype=dtype, fn=fn))
+        return assemble(
+            build.arcs_from_rows(np.zeros((0, 4)), {}, num_states=1, start=0, dtype=dtype, fn=fn)
+        )
     counts = [arcs.shape[0] for arcs in per_state]
     src = np.repeat(np.arange(num_states, dtype=np.float64), counts)
     arcs = np.concatenate(per_state)  # a start state means num_states >= 1
@@ -132,30 +141,44 @@ def from_pynini(fst: Any, *, dtype: np.dtype) -> Fsa:
     rows = np.stack([np.asarray(c, np.float64) for c in columns] + [scores], axis=1)
     finite = np.flatnonzero(final_costs != math.inf)
     final = {int(s): 0.0 - float(final_costs[s]) for s in finite}
-    return assemble(build.arcs_from_rows(rows, final, num_states=num_states, start=int(start),
-                                         dtype=dtype, fn=fn))
+    return assemble(
+        build.arcs_from_rows(
+            rows, final, num_states=num_states, start=int(start), dtype=dtype, fn=fn
+        )
+    )
 
 
-def _check_labels(labels: np.ndarray, table: SymbolTable | None, field: str,
-                  table_name: str, fn: str) -> None:
+def _check_labels(
+    labels: np.ndarray, table: SymbolTable | None, field: str, table_name: str, fn: str
+) -> None:
     if table is None:
         return
     for a, label in enumerate(labels.tolist()):
         if label not in table:
-            raise ValueError(f"{fn}: arc {a} has {field}={label}, which {table_name} "
-                             f"does not hold")
+            raise ValueError(f"{fn}: arc {a} has {field}={label}, which {table_name} does not hold")
 
 
-def to_pynini(arrays: build.ArcArrays, *, arc_type: str, isymbols: SymbolTable | None,
-              osymbols: SymbolTable | None) -> Any:
+def to_pynini(
+    arrays: build.ArcArrays,
+    *,
+    arc_type: str,
+    isymbols: SymbolTable | None,
+    osymbols: SymbolTable | None,
+) -> Any:
     """See `Fsa.to_pynini`; `arrays` are the real arcs of one Fsa."""
     fn = "to_pynini"
     if arc_type not in ARC_WEIGHT_DTYPES:
-        raise ValueError(f"{fn}: arc_type must be one of {sorted(ARC_WEIGHT_DTYPES)}, "
-                         f"got {arc_type!r}")
+        raise ValueError(
+            f"{fn}: arc_type must be one of {sorted(ARC_WEIGHT_DTYPES)}, got {arc_type!r}"
+        )
     itable, otable = text_io.label_tables(arrays.is_acceptor, isymbols, osymbols, fn)
-    _check_labels(arrays.ilabel, itable, "label" if arrays.is_acceptor else "ilabel",
-                  "isymbols" if isymbols is not None else "osymbols", fn)
+    _check_labels(
+        arrays.ilabel,
+        itable,
+        "label" if arrays.is_acceptor else "ilabel",
+        "isymbols" if isymbols is not None else "osymbols",
+        fn,
+    )
     if not arrays.is_acceptor:
         _check_labels(arrays.olabel, otable, "olabel", "osymbols", fn)
     pynini = import_pynini(fn)
@@ -166,9 +189,13 @@ def to_pynini(arrays: build.ArcArrays, *, arc_type: str, isymbols: SymbolTable |
     cost = lambda score: pynini.Weight(weight_type, 0.0 - float(score))
     fst.add_states(arrays.num_states)
     fst.set_start(0)
-    for src, dst, ilabel, olabel, score in zip(arrays.src.tolist(), arrays.dst.tolist(),
-                                               arrays.ilabel.tolist(), arrays.olabel.tolist(),
-                                               arrays.weight.tolist()):
+    for src, dst, ilabel, olabel, score in zip(
+        arrays.src.tolist(),
+        arrays.dst.tolist(),
+        arrays.ilabel.tolist(),
+        arrays.olabel.tolist(),
+        arrays.weight.tolist(),
+    ):
         fst.add_arc(src, pynini.Arc(ilabel, olabel, cost(score), dst))
     for state in np.flatnonzero(arrays.final_weight > -math.inf).tolist():
         fst.set_final(state, cost(arrays.final_weight[state]))

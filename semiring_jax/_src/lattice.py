@@ -23,8 +23,9 @@ from semiring_jax._src.host import lattice
 __all__ = ["intersect_dense"]
 
 
-def intersect_dense(graph: Fsa, emissions: npt.ArrayLike,
-                    lengths: npt.ArrayLike | None = None) -> Fsa:
+def intersect_dense(
+    graph: Fsa, emissions: npt.ArrayLike, lengths: npt.ArrayLike | None = None
+) -> Fsa:
     """The lattice of `graph` against per-frame scores, as a batched Fsa.
 
     Lattice state (t, s) is graph state s after t frames; each graph arc a
@@ -69,8 +70,7 @@ def intersect_dense(graph: Fsa, emissions: npt.ArrayLike,
     lengths = checks.concrete(lengths, "lengths", "intersect_dense")
     check_lengths(lengths, batch, num_frames, "intersect_dense", "lengths", "T")
     check_graph(graph, batch, num_columns, emissions.dtype, "intersect_dense")
-    lattices = [_one_lattice(_entry(graph, b), emissions[b], int(lengths[b]))
-                for b in range(batch)]
+    lattices = [_one_lattice(_entry(graph, b), emissions[b], int(lengths[b])) for b in range(batch)]
     return stack(lattices)
 
 
@@ -80,13 +80,21 @@ def _entry(graph: Fsa, b: int) -> Fsa:
 
 def _one_lattice(graph: Fsa, emissions: jax.Array, length: int) -> Fsa:
     parts = parts_of(graph, "intersect_dense")  # concrete structure, real arcs
-    found = lattice.lattice_structure(parts.num_states, parts.src, parts.dst, parts.is_final,
-                                      length)
+    found = lattice.lattice_structure(
+        parts.num_states, parts.src, parts.dst, parts.is_final, length
+    )
     arcs = np.flatnonzero(np.asarray(graph.arc_mask))[found.arc]
     labels = parts.ilabel[found.arc]
     weight = graph.weight[arcs] + emissions[found.frame, labels]
-    final_weight = jnp.where(found.final_state >= 0,
-                             graph.final_weight[np.maximum(found.final_state, 0)], -jnp.inf)
-    return placeholder(found.num_states, found.src, found.dst, labels, parts.olabel[found.arc],
-                       graph.dtype, graph.is_acceptor).replace(weight=weight,
-                                                               final_weight=final_weight)
+    final_weight = jnp.where(
+        found.final_state >= 0, graph.final_weight[np.maximum(found.final_state, 0)], -jnp.inf
+    )
+    return placeholder(
+        found.num_states,
+        found.src,
+        found.dst,
+        labels,
+        parts.olabel[found.arc],
+        graph.dtype,
+        graph.is_acceptor,
+    ).replace(weight=weight, final_weight=final_weight)

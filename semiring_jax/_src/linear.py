@@ -36,16 +36,27 @@ def linear_fsa(labels: npt.ArrayLike, *, dtype: npt.DTypeLike = np.float32) -> F
     labels = np.asarray(checks.concrete(labels, "labels", "linear_fsa"))
     if labels.ndim != 1:
         raise ValueError(f"linear_fsa: labels must have shape [U], got {labels.shape}")
-    bad = (np.flatnonzero((labels < 0) | (labels != np.round(labels))) if labels.size
-           else np.zeros(0, np.int64))
+    bad = (
+        np.flatnonzero((labels < 0) | (labels != np.round(labels)))
+        if labels.size
+        else np.zeros(0, np.int64)
+    )
     if len(bad):
-        raise ValueError(f"linear_fsa: labels[{bad[0]}] = {labels[bad[0]]}; expected a "
-                         f"non-negative integer")
+        raise ValueError(
+            f"linear_fsa: labels[{bad[0]}] = {labels[bad[0]]}; expected a non-negative integer"
+        )
     num_arcs = labels.shape[0]
     steps = np.arange(num_arcs, dtype=np.int32)
     final_weight = np.full(num_arcs + 1, -np.inf, dtype)
     final_weight[-1] = 0.0
-    arrays = build.ArcArrays(num_arcs + 1, steps, steps + 1, labels.astype(np.int32),
-                             labels.astype(np.int32), np.zeros(num_arcs, dtype),
-                             final_weight, True)
+    arrays = build.ArcArrays(
+        num_arcs + 1,
+        steps,
+        steps + 1,
+        labels.astype(np.int32),
+        labels.astype(np.int32),
+        np.zeros(num_arcs, dtype),
+        final_weight,
+        True,
+    )
     return assemble(arrays)

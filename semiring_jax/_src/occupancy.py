@@ -29,8 +29,14 @@ __all__ = ["dense_occupancy"]
 _VIEWS = ("labels", "states")
 
 
-def dense_occupancy(graph: Fsa, emissions: Any, lengths: Any | None = None,
-                    semiring: Semiring = LOG, *, over: str = "labels") -> jax.Array:
+def dense_occupancy(
+    graph: Fsa,
+    emissions: Any,
+    lengths: Any | None = None,
+    semiring: Semiring = LOG,
+    *,
+    over: str = "labels",
+) -> jax.Array:
     """Per-frame occupancy of the labels or the states of `graph`.
 
     The paths are those of `dense_tot_score`: every arc consumes one frame
@@ -82,8 +88,7 @@ def dense_occupancy(graph: Fsa, emissions: Any, lengths: Any | None = None,
     if over not in _VIEWS:
         raise ValueError(f"dense_occupancy: over must be 'labels' or 'states', got {over!r}")
     if isinstance(lengths, Semiring):  # dense_occupancy(graph, emissions, sj.TROPICAL)
-        raise TypeError("dense_occupancy: lengths is a Semiring; pass it by keyword, "
-                        "semiring=...")
+        raise TypeError("dense_occupancy: lengths is a Semiring; pass it by keyword, semiring=...")
     emissions = check_emissions(emissions, "dense_occupancy")
     batch, num_frames, num_columns = emissions.shape
     lengths = check_lengths(lengths, batch, num_frames, "dense_occupancy", "lengths", "T")
@@ -91,27 +96,35 @@ def dense_occupancy(graph: Fsa, emissions: Any, lengths: Any | None = None,
     if over == "labels":
         return _label_occupancy(graph, emissions, lengths, semiring)
     pair_of_arc, pair_label, pair_state = _pairs(graph, batch, num_columns)
-    return _state_occupancy(graph.replace(ilabel=pair_of_arc), emissions, lengths, pair_label,
-                            pair_state, semiring)
+    return _state_occupancy(
+        graph.replace(ilabel=pair_of_arc), emissions, lengths, pair_label, pair_state, semiring
+    )
 
 
-def _emission_grad(graph: Fsa, emissions: jax.Array, lengths: jax.Array,
-                   semiring: Semiring) -> jax.Array:
+def _emission_grad(
+    graph: Fsa, emissions: jax.Array, lengths: jax.Array, semiring: Semiring
+) -> jax.Array:
     # Utterances are independent, so the gradient of the sum is each one's
     # own gradient; an all -inf total contributes exactly 0 (dense VJP).
     return jax.grad(lambda e: jnp.sum(dense_tot_score(graph, e, lengths, semiring)))(emissions)
 
 
 @functools.partial(jax.jit, static_argnames="semiring")
-def _label_occupancy(graph: Fsa, emissions: jax.Array, lengths: jax.Array,
-                     semiring: Semiring) -> jax.Array:
+def _label_occupancy(
+    graph: Fsa, emissions: jax.Array, lengths: jax.Array, semiring: Semiring
+) -> jax.Array:
     return _emission_grad(graph, emissions, lengths, semiring)
 
 
 @functools.partial(jax.jit, static_argnames="semiring")
-def _state_occupancy(pair_graph: Fsa, emissions: jax.Array, lengths: jax.Array,
-                     pair_label: jax.Array, pair_state: jax.Array,
-                     semiring: Semiring) -> jax.Array:
+def _state_occupancy(
+    pair_graph: Fsa,
+    emissions: jax.Array,
+    lengths: jax.Array,
+    pair_label: jax.Array,
+    pair_state: jax.Array,
+    semiring: Semiring,
+) -> jax.Array:
     """pair_label, pair_state: int32 [B, P], each pair's column and state."""
     pair_emissions = jax.vmap(lambda e, label: e[:, label])(emissions, pair_label)  # [B, T, P]
     pair_occupancy = _emission_grad(pair_graph, pair_emissions, lengths, semiring)
@@ -123,8 +136,7 @@ def _state_occupancy(pair_graph: Fsa, emissions: jax.Array, lengths: jax.Array,
     return jax.vmap(by_state)(pair_occupancy, pair_state)
 
 
-def _pairs(graph: Fsa, batch: int, num_columns: int
-           ) -> tuple[Any, jax.Array, jax.Array]:
+def _pairs(graph: Fsa, batch: int, num_columns: int) -> tuple[Any, jax.Array, jax.Array]:
     """(pair of each arc int32 [A] or [B, A], pair_label [B, P], pair_state
     [B, P]): the distinct (ilabel, dst) pairs of the real arcs when the
     structure is concrete, else one pair per arc."""
@@ -133,14 +145,18 @@ def _pairs(graph: Fsa, batch: int, num_columns: int
         labels = jnp.clip(graph.ilabel, 0, num_columns - 1)  # padding arcs: any column
         arcs = jnp.broadcast_to(jnp.arange(graph.num_arcs, dtype=jnp.int32), graph.ilabel.shape)
         shape = (batch, graph.num_arcs)
-        return (arcs, jnp.broadcast_to(labels, shape).astype(jnp.int32),
-                jnp.broadcast_to(graph.dst, shape).astype(jnp.int32))
+        return (
+            arcs,
+            jnp.broadcast_to(labels, shape).astype(jnp.int32),
+            jnp.broadcast_to(graph.dst, shape).astype(jnp.int32),
+        )
     ilabel, dst, real = (np.asarray(field) for field in fields)
     real = real.astype(bool)
     # Padding arcs (weight -inf) share pair 0, so at least one pair exists.
     found = np.stack([ilabel[real], dst[real]], axis=1).reshape(-1, 2)
-    pairs, inverse = np.unique(np.concatenate([np.zeros((1, 2), found.dtype), found]), axis=0,
-                               return_inverse=True)
+    pairs, inverse = np.unique(
+        np.concatenate([np.zeros((1, 2), found.dtype), found]), axis=0, return_inverse=True
+    )
     pair_of_arc = np.zeros(ilabel.shape, np.int32)
     pair_of_arc[real] = inverse.reshape(-1)[1:]
     as_rows = lambda values: np.broadcast_to(values.astype(np.int32), (batch, pairs.shape[0]))

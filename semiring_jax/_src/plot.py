@@ -20,8 +20,9 @@ def _import_pyplot() -> Any:
     try:
         import matplotlib.pyplot as plt
     except ImportError as error:
-        raise ImportError("plot_alignment needs matplotlib: pip install "
-                          "'semiring_jax[plot]'") from error
+        raise ImportError(
+            "plot_alignment needs matplotlib: pip install 'semiring_jax[plot]'"
+        ) from error
     return plt
 
 
@@ -32,15 +33,23 @@ def _tick_labels(labels: Any, count: int) -> list[str]:
     for row in range(count):
         name = lookup(row)
         if name is None:
-            raise ValueError(f"plot_alignment: labels has no name for row {row} of the "
-                             f"occupancy's {count} rows")
+            raise ValueError(
+                f"plot_alignment: labels has no name for row {row} of the occupancy's {count} rows"
+            )
         names.append(name)
     return names
 
 
-def plot_alignment(occupancy: Any, alignment: Any | None = None, *, ax: Any = None,
-                   labels: Any = None, title: str = "", length: int | None = None,
-                   colorbar: bool = True) -> Any:
+def plot_alignment(
+    occupancy: Any,
+    alignment: Any | None = None,
+    *,
+    ax: Any = None,
+    labels: Any = None,
+    title: str = "",
+    length: int | None = None,
+    colorbar: bool = True,
+) -> Any:
     """Draws an occupancy [T, V] or [T, S] as an image, best alignment on top.
 
     x is the frame, y the label (or state), colour the probability on a
@@ -88,22 +97,38 @@ def plot_alignment(occupancy: Any, alignment: Any | None = None, *, ax: Any = No
     plt = _import_pyplot()
     image = np.asarray(checks.concrete(occupancy, "occupancy", "plot_alignment"))
     if image.ndim != 2:
-        raise ValueError(f"plot_alignment: occupancy must have rank 2, [T, V] or [T, S], got "
-                         f"shape {image.shape}; index a batched [B, T, ...] result first")
+        raise ValueError(
+            f"plot_alignment: occupancy must have rank 2, [T, V] or [T, S], got "
+            f"shape {image.shape}; index a batched [B, T, ...] result first"
+        )
     num_frames, num_rows = image.shape
     if length is None:
         length = num_frames
     if not 0 <= length <= num_frames:
-        raise ValueError(f"plot_alignment: length = {length} is outside [0, T] = "
-                         f"[0, {num_frames}]")
+        raise ValueError(f"plot_alignment: length = {length} is outside [0, T] = [0, {num_frames}]")
     if ax is None:
         _, ax = plt.subplots(figsize=(max(4.0, 0.25 * length + 2), max(2.5, 0.3 * num_rows + 1)))
-    drawn = ax.imshow(image[:length].T, origin="lower", aspect="auto", interpolation="nearest",
-                      cmap="Blues", vmin=0.0, vmax=1.0, extent=_extent(length, num_rows))
+    drawn = ax.imshow(
+        image[:length].T,
+        origin="lower",
+        aspect="auto",
+        interpolation="nearest",
+        cmap="Blues",
+        vmin=0.0,
+        vmax=1.0,
+        extent=_extent(length, num_rows),
+    )
     if alignment is not None:
         frames, rows = _alignment_points(alignment, num_frames, num_rows, length)
-        ax.plot(frames, rows, "-o", color="tab:orange", markersize=4, linewidth=1.5,
-                label="best alignment")
+        ax.plot(
+            frames,
+            rows,
+            "-o",
+            color="tab:orange",
+            markersize=4,
+            linewidth=1.5,
+            label="best alignment",
+        )
     if labels is not None:
         ax.set_yticks(np.arange(num_rows), _tick_labels(labels, num_rows))
     ax.set_xlabel("frame")
@@ -121,20 +146,23 @@ def _extent(num_frames: int, num_rows: int) -> tuple[float, float, float, float]
     return (-0.5, num_frames - 0.5, -0.5, num_rows - 0.5)
 
 
-def _alignment_points(alignment: Any, num_frames: int, num_rows: int,
-                      length: int) -> tuple[np.ndarray, np.ndarray]:
+def _alignment_points(
+    alignment: Any, num_frames: int, num_rows: int, length: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(frames, rows) of the alignment's drawn points: within `length`,
     skipping -1."""
     rows = np.asarray(checks.concrete(alignment, "alignment", "plot_alignment"))
     if rows.shape != (num_frames,):
-        raise ValueError(f"plot_alignment: alignment must have shape [T] = ({num_frames},), "
-                         f"got {rows.shape}")
+        raise ValueError(
+            f"plot_alignment: alignment must have shape [T] = ({num_frames},), got {rows.shape}"
+        )
     if not np.issubdtype(rows.dtype, np.integer):
         raise ValueError(f"plot_alignment: alignment must hold integers, got {rows.dtype}")
     bad = np.flatnonzero((rows < -1) | (rows >= num_rows))
     if bad.size:
         t = int(bad[0])
-        raise ValueError(f"plot_alignment: alignment[{t}] = {rows[t]} is outside [-1, C) = "
-                         f"[-1, {num_rows})")
+        raise ValueError(
+            f"plot_alignment: alignment[{t}] = {rows[t]} is outside [-1, C) = [-1, {num_rows})"
+        )
     frames = np.flatnonzero(rows[:length] >= 0)
     return frames, rows[frames]

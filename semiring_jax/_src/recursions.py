@@ -37,15 +37,16 @@ def _append(values: ArrayLeaf, *fills: float) -> jax.Array:
 LevelStep = Callable[[jax.Array, tuple[jax.Array, Any]], tuple[jax.Array, Any]]
 
 
-def _level_scan(step: LevelStep, init: jax.Array, xs: Any, *,
-                reverse: bool) -> tuple[jax.Array, Any]:
+def _level_scan(
+    step: LevelStep, init: jax.Array, xs: Any, *, reverse: bool
+) -> tuple[jax.Array, Any]:
     levels = jax.tree_util.tree_leaves(xs)[0].shape[0]
-    return jax.lax.scan(step, init, (jnp.arange(levels, dtype=jnp.int32), xs),
-                        reverse=reverse)
+    return jax.lax.scan(step, init, (jnp.arange(levels, dtype=jnp.int32), xs), reverse=reverse)
 
 
-def _combine(reduce: Callable[..., jax.Array], zero: float, row_values: jax.Array,
-             combine: jax.Array) -> tuple[jax.Array, jax.Array | None]:
+def _combine(
+    reduce: Callable[..., jax.Array], zero: float, row_values: jax.Array, combine: jax.Array
+) -> tuple[jax.Array, jax.Array | None]:
     """`reduce` of each state's rows: [R] -> [W], and the [W, C] parts (or
     None); empty combine slots read `zero`."""
     if combine.shape[-1] == 1 and row_values.shape[0] == combine.shape[0]:
@@ -54,15 +55,21 @@ def _combine(reduce: Callable[..., jax.Array], zero: float, row_values: jax.Arra
     return reduce(parts, axis=1), parts
 
 
-def endings(semiring: Semiring, schedule: Schedule, alpha: jax.Array,
-            final_weight: ArrayLeaf) -> jax.Array:
+def endings(
+    semiring: Semiring, schedule: Schedule, alpha: jax.Array, final_weight: ArrayLeaf
+) -> jax.Array:
     """α ⊗ final weight per state, [S]: the terms of the total score."""
     return semiring.times(alpha[schedule.state_pos], final_weight)
 
 
-def forward_positions(semiring: Semiring, schedule: Schedule, weight: ArrayLeaf, *,
-                      with_local: bool = False,
-                      with_choice: bool = False) -> tuple[jax.Array, Any]:
+def forward_positions(
+    semiring: Semiring,
+    schedule: Schedule,
+    weight: ArrayLeaf,
+    *,
+    with_local: bool = False,
+    with_choice: bool = False,
+) -> tuple[jax.Array, Any]:
     """Forward scores α: ⊕ over paths from the start, per position.
 
     Args:
@@ -98,19 +105,25 @@ def forward_positions(semiring: Semiring, schedule: Schedule, weight: ArrayLeaf,
         if with_choice:
             argsum = semiring.argsum
             assert argsum is not None  # with_choice needs it (see Args)
-            part_choice = (jnp.zeros(new.shape, jnp.int32) if parts is None
-                           else argsum(parts, new, axis=1))
+            part_choice = (
+                jnp.zeros(new.shape, jnp.int32) if parts is None else argsum(parts, new, axis=1)
+            )
             saved = argsum(entering, rows, axis=1), part_choice
         return jax.lax.dynamic_update_slice(alpha, new, (level * width,)), saved
 
     alpha = jnp.full((levels * width,), semiring.zero, weight.dtype)
     alpha = _append(alpha, semiring.zero, semiring.one)
-    return _level_scan(step, alpha, (schedule.in_src_pos, in_weight, schedule.in_combine,
-                                     schedule.in_row_part), reverse=False)
+    return _level_scan(
+        step,
+        alpha,
+        (schedule.in_src_pos, in_weight, schedule.in_combine, schedule.in_row_part),
+        reverse=False,
+    )
 
 
-def backward_positions(semiring: Semiring, schedule: Schedule, weight: ArrayLeaf,
-                       final_weight: ArrayLeaf) -> jax.Array:
+def backward_positions(
+    semiring: Semiring, schedule: Schedule, weight: ArrayLeaf, final_weight: ArrayLeaf
+) -> jax.Array:
     """Backward scores β: ⊕ over paths to a final state (final weight included).
 
     Returns:
@@ -128,13 +141,19 @@ def backward_positions(semiring: Semiring, schedule: Schedule, weight: ArrayLeaf
         return jax.lax.dynamic_update_slice(beta, new, (level * width,)), None
 
     beta = jnp.full((levels * width + 1,), semiring.zero, weight.dtype)
-    beta, _ = _level_scan(step, beta, (schedule.out_dst_pos, out_weight, schedule.out_combine,
-                                       final), reverse=True)
+    beta, _ = _level_scan(
+        step, beta, (schedule.out_dst_pos, out_weight, schedule.out_combine, final), reverse=True
+    )
     return beta
 
 
-def path_gradients(semiring: Semiring, schedule: Schedule, final_weight: jax.Array,
-                   alpha: jax.Array, local: jax.Array) -> tuple[jax.Array, jax.Array]:
+def path_gradients(
+    semiring: Semiring,
+    schedule: Schedule,
+    final_weight: jax.Array,
+    alpha: jax.Array,
+    local: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
     """∂ total / ∂ weight and ∂ total / ∂ final_weight, from the forward pass.
 
     Reverse-mode differentiation of the forward recursion with each step's
@@ -174,15 +193,22 @@ def path_gradients(semiring: Semiring, schedule: Schedule, final_weight: jax.Arr
         return jax.lax.dynamic_update_slice(adjoint, new, (level * width,)), None
 
     adjoint = jnp.zeros((levels * width + 1,), final_weight.dtype)
-    adjoint, _ = _level_scan(step, adjoint, (schedule.out_dst_pos, out_local,
-                                             schedule.out_combine, final_local_grid),
-                             reverse=True)
+    adjoint, _ = _level_scan(
+        step,
+        adjoint,
+        (schedule.out_dst_pos, out_local, schedule.out_combine, final_local_grid),
+        reverse=True,
+    )
     return adjoint[schedule.arc_dst_pos] * arc_local, final_local
 
 
-def best_path_arcs(semiring: Semiring, schedule: Schedule, final_weight: ArrayLeaf,
-                   alpha: jax.Array, choices: tuple[jax.Array, jax.Array]
-                   ) -> tuple[jax.Array, jax.Array, jax.Array]:
+def best_path_arcs(
+    semiring: Semiring,
+    schedule: Schedule,
+    final_weight: ArrayLeaf,
+    alpha: jax.Array,
+    choices: tuple[jax.Array, jax.Array],
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The path that ⊕ chose, traced back through the saved choices.
 
     For selective semirings (TROPICAL): from the final state that `argsum`
@@ -210,8 +236,9 @@ def best_path_arcs(semiring: Semiring, schedule: Schedule, final_weight: ArrayLe
     final_state = argsum(ending, total, axis=0)
     found = total != semiring.zero
 
-    def step(carry: tuple[jax.Array, jax.Array],
-             _: None) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
+    def step(
+        carry: tuple[jax.Array, jax.Array], _: None
+    ) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
         position, walking = carry
         level, rank = position // width, position % width
         row = schedule.in_combine[level, rank, part_choice[level, rank]]

@@ -62,4 +62,5 @@ class Schedule:
 
 
 jax.tree_util.register_dataclass(
-    Schedule, data_fields=[f.name for f in dataclasses.fields(Schedule)], meta_fields=[])
+    Schedule, data_fields=[f.name for f in dataclasses.fields(Schedule)], meta_fields=[]
+)

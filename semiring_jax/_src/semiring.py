@@ -100,8 +100,7 @@ def _log_plus(a: jax.typing.ArrayLike, b: jax.typing.ArrayLike) -> jax.Array:
     return jnp.where(nonempty, jnp.log(jnp.where(nonempty, total, 1)), -jnp.inf) + shift
 
 
-def _log_sum_grad(x: jax.typing.ArrayLike, total: jax.typing.ArrayLike,
-                  axis: int) -> jax.Array:
+def _log_sum_grad(x: jax.typing.ArrayLike, total: jax.typing.ArrayLike, axis: int) -> jax.Array:
     # softmax exp(x - total), as exp(x - shift) * exp(shift - total): the
     # first factor is the one `_log_sum` made, so XLA computes it once. A
     # slice whose total is -inf gets weight 0, not NaN.
@@ -116,18 +115,17 @@ def _max_sum(x: jax.typing.ArrayLike, axis: int) -> jax.Array:
     return jnp.max(x, axis=axis, initial=-jnp.inf)
 
 
-def _max_argsum(x: jax.typing.ArrayLike, total: jax.typing.ArrayLike,
-                axis: int) -> jax.Array:
+def _max_argsum(x: jax.typing.ArrayLike, total: jax.typing.ArrayLike, axis: int) -> jax.Array:
     # Tie rule: the first maximal entry along `axis` wins. A min over
     # positions is cheaper than argmax on CPU.
     x = jnp.asarray(x)
     positions = jax.lax.broadcasted_iota(jnp.int32, x.shape, axis % x.ndim)
-    return jnp.min(jnp.where(x == jnp.expand_dims(total, axis), positions, x.shape[axis]),
-                   axis=axis)
+    return jnp.min(
+        jnp.where(x == jnp.expand_dims(total, axis), positions, x.shape[axis]), axis=axis
+    )
 
 
-def _max_sum_grad(x: jax.typing.ArrayLike, total: jax.typing.ArrayLike,
-                  axis: int) -> jax.Array:
+def _max_sum_grad(x: jax.typing.ArrayLike, total: jax.typing.ArrayLike, axis: int) -> jax.Array:
     # The one-hot of `_max_argsum`; zero where every entry is -inf.
     x = jnp.asarray(x)
     total = jnp.expand_dims(total, axis)
@@ -137,13 +135,26 @@ def _max_sum_grad(x: jax.typing.ArrayLike, total: jax.typing.ArrayLike,
 
 
 LOG = Semiring(
-        name="log", plus=_log_plus, times=jnp.add, sum=_log_sum,
-        zero=-float("inf"), one=0.0, sum_grad=_log_sum_grad)
+    name="log",
+    plus=_log_plus,
+    times=jnp.add,
+    sum=_log_sum,
+    zero=-float("inf"),
+    one=0.0,
+    sum_grad=_log_sum_grad,
+)
 """The log semiring: ⊕ = logaddexp, ⊗ = +, 0̄ = -inf, 1̄ = 0."""
 
 TROPICAL = Semiring(
-        name="tropical", plus=jnp.maximum, times=jnp.add, sum=_max_sum,
-        zero=-float("inf"), one=0.0, sum_grad=_max_sum_grad, argsum=_max_argsum)
+    name="tropical",
+    plus=jnp.maximum,
+    times=jnp.add,
+    sum=_max_sum,
+    zero=-float("inf"),
+    one=0.0,
+    sum_grad=_max_sum_grad,
+    argsum=_max_argsum,
+)
 """The tropical (max, +) semiring: 0̄ = -inf, 1̄ = 0; first maximum wins ties."""
 
 _BY_NAME = {"log": LOG, "tropical": TROPICAL}
@@ -164,6 +175,5 @@ def semiring(name: str) -> Semiring:
         True
     """
     if not isinstance(name, str) or name.lower() not in _BY_NAME:
-        raise ValueError(
-                f"semiring: unknown semiring {name!r}; expected one of {sorted(_BY_NAME)}")
+        raise ValueError(f"semiring: unknown semiring {name!r}; expected one of {sorted(_BY_NAME)}")
     return _BY_NAME[name.lower()]

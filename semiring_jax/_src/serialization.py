@@ -103,15 +103,18 @@ def save(file: File, fsa: Fsa, *, compress: bool = False) -> None:
     if not isinstance(fsa, Fsa):
         raise TypeError(f"save: fsa must be an Fsa, got {type(fsa).__name__}")
     arrays: dict[str, np.ndarray] = {
-        "format": np.array(FORMAT), "version": np.array(VERSION, np.int64),
+        "format": np.array(FORMAT),
+        "version": np.array(VERSION, np.int64),
         "batch_shape": np.array(fsa.batch_shape, np.int64).reshape(-1),
         "is_acceptor": np.array(bool(fsa.is_acceptor)),
-        "cycle": np.array(fsa.cycle, np.int64).reshape(-1)}
+        "cycle": np.array(fsa.cycle, np.int64).reshape(-1),
+    }
     for name in _FSA_FIELDS:
         arrays[name] = checks.concrete(getattr(fsa, name), name, "save")
     for name in _SCHEDULE_FIELDS:
-        arrays[f"schedule.{name}"] = checks.concrete(getattr(fsa.schedule, name),
-                                                     f"schedule.{name}", "save")
+        arrays[f"schedule.{name}"] = checks.concrete(
+            getattr(fsa.schedule, name), f"schedule.{name}", "save"
+        )
     writer: Callable[..., None] = np.savez_compressed if compress else np.savez
     if isinstance(file, (str, os.PathLike)):
         # np.savez would append ".npz" to a path without it.
@@ -210,8 +213,7 @@ def _header(check: _Checker) -> tuple[tuple[int, ...], bool, tuple[int, ...]]:
         raise check.fail("version", "is missing")
     version = arrays["version"]
     if version.shape != () or version.dtype.kind not in "iu" or int(version) != VERSION:
-        raise check.fail("version", f"is {version!r}; this semiring_jax reads version "
-                                    f"{VERSION}")
+        raise check.fail("version", f"is {version!r}; this semiring_jax reads version {VERSION}")
     if missing:
         raise check.fail(missing[0], "is missing")
     unexpected = sorted(set(arrays) - _NAMES)
@@ -241,11 +243,14 @@ def _fsa_from_arrays(arrays: dict[str, np.ndarray], where: str) -> Fsa:
     try:
         checks.check_float_dtype(dtype, "weight", "load")
     except ValueError as err:  # float64 with jax_enable_x64 off
-        raise ValueError(f"load: {where}: array 'weight': "
-                         f"{str(err).removeprefix('load: ')}") from None
+        raise ValueError(
+            f"load: {where}: array 'weight': {str(err).removeprefix('load: ')}"
+        ) from None
     arc_shape, state_shape = (*batch_shape, num_arcs), (*batch_shape, num_states)
-    fields = {name: check.get(name, np.int32, arc_shape, "[..., A]")
-              for name in ("src", "dst", "ilabel", "olabel")}
+    fields = {
+        name: check.get(name, np.int32, arc_shape, "[..., A]")
+        for name in ("src", "dst", "ilabel", "olabel")
+    }
     fields["weight"] = check.get("weight", dtype, arc_shape, "[..., A]")
     fields["final_weight"] = check.get("final_weight", dtype, state_shape, "[..., S]")
     fields["arc_mask"] = check.get("arc_mask", bool, arc_shape, "[..., A]")
@@ -255,26 +260,33 @@ def _fsa_from_arrays(arrays: dict[str, np.ndarray], where: str) -> Fsa:
     return Fsa(**fields, schedule=Schedule(**tables), cycle=cycle, is_acceptor=is_acceptor)
 
 
-def _check_values(check: _Checker, fields: dict[str, np.ndarray], num_states: int,
-                  cycle: tuple[int, ...]) -> None:
+def _check_values(
+    check: _Checker, fields: dict[str, np.ndarray], num_states: int, cycle: tuple[int, ...]
+) -> None:
     for name in ("src", "dst"):
         values = fields[name].reshape(-1)
         bad = np.flatnonzero((values < 0) | (values >= num_states))
         if bad.size:
-            raise check.fail(name, f"holds state {values[bad[0]]} (flat index {bad[0]}), "
-                                   f"out of range for S={num_states}")
+            raise check.fail(
+                name,
+                f"holds state {values[bad[0]]} (flat index {bad[0]}), "
+                f"out of range for S={num_states}",
+            )
     for name in ("weight", "final_weight"):
         values = fields[name].reshape(-1)
         bad = np.flatnonzero(np.isnan(values) | (values == np.inf))
         if bad.size:
-            raise check.fail(name, f"holds {values[bad[0]]} (flat index {bad[0]}); "
-                                   f"weights must be finite or -inf")
+            raise check.fail(
+                name,
+                f"holds {values[bad[0]]} (flat index {bad[0]}); weights must be finite or -inf",
+            )
     if any(not 0 <= state < num_states for state in cycle):
         raise check.fail("cycle", f"holds a state out of range for S={num_states}: {cycle}")
 
 
-def _schedule_tables(check: _Checker, batch_shape: tuple[int, ...], num_states: int,
-                     num_arcs: int) -> dict[str, np.ndarray]:
+def _schedule_tables(
+    check: _Checker, batch_shape: tuple[int, ...], num_states: int, num_arcs: int
+) -> dict[str, np.ndarray]:
     """The schedule arrays, their dtypes and mutually consistent shapes checked."""
     batch = len(batch_shape)
     name = lambda field: f"schedule.{field}"
@@ -302,13 +314,19 @@ def _schedule_tables(check: _Checker, batch_shape: tuple[int, ...], num_states: 
         "state_in_arcs": ((num_states, in_width), "[..., S, K]"),
         "state_out_arcs": ((num_states, out_width), "[..., S, K]"),
     }
-    return {field: check.get(name(field), np.int32, batch_shape + shape, described)
-            for field, (shape, described) in expected.items()}
+    return {
+        field: check.get(name(field), np.int32, batch_shape + shape, described)
+        for field, (shape, described) in expected.items()
+    }
 
 
-def _check_schedule(check: _Checker, fields: dict[str, np.ndarray],
-                    tables: dict[str, np.ndarray], num_states: int,
-                    cycle: tuple[int, ...]) -> None:
+def _check_schedule(
+    check: _Checker,
+    fields: dict[str, np.ndarray],
+    tables: dict[str, np.ndarray],
+    num_states: int,
+    cycle: tuple[int, ...],
+) -> None:
     """Rebuilds each entry's tables from its structure and compares."""
     num_arcs = fields["src"].shape[-1]
     batch = fields["src"].ndim - 1
@@ -317,41 +335,63 @@ def _check_schedule(check: _Checker, fields: dict[str, np.ndarray],
     src, dst, arc_mask = flat(fields["src"]), flat(fields["dst"]), flat(fields["arc_mask"])
     flat_tables = {field: flat(value) for field, value in tables.items()}
     real_sizes = flat_tables["real_sizes"]
-    bad = np.flatnonzero((real_sizes[:, 0] < 1) | (real_sizes[:, 0] > num_states)
-                         | (real_sizes[:, 1] < 0) | (real_sizes[:, 1] > num_arcs))
+    bad = np.flatnonzero(
+        (real_sizes[:, 0] < 1)
+        | (real_sizes[:, 0] > num_states)
+        | (real_sizes[:, 1] < 0)
+        | (real_sizes[:, 1] > num_arcs)
+    )
     if bad.size:
-        raise check.fail("schedule.real_sizes", f"holds {real_sizes[bad[0]].tolist()} "
-                                                f"(entry {bad[0]}), out of range for "
-                                                f"S={num_states}, A={num_arcs}")
+        raise check.fail(
+            "schedule.real_sizes",
+            f"holds {real_sizes[bad[0]].tolist()} "
+            f"(entry {bad[0]}), out of range for "
+            f"S={num_states}, A={num_arcs}",
+        )
     levels_, width = tables["pos_state"].shape[-2:]
     in_rows, max_in = tables["in_arc"].shape[-2:]
     out_rows, max_out = tables["out_arc"].shape[-2:]
-    shape = schedule.ScheduleShape(levels_, width, in_rows, max_in,
-                                   tables["in_combine"].shape[-1], out_rows, max_out,
-                                   tables["out_combine"].shape[-1])
+    shape = schedule.ScheduleShape(
+        levels_,
+        width,
+        in_rows,
+        max_in,
+        tables["in_combine"].shape[-1],
+        out_rows,
+        max_out,
+        tables["out_combine"].shape[-1],
+    )
     for entry in range(entries):
         mask = arc_mask[entry]
         entry_src, entry_dst = src[entry], dst[entry]
         expected = {
             "state_in_arcs": arc_tables.arcs_by_state(
-                num_states, entry_dst, mask, flat_tables["state_in_arcs"].shape[-1]),
+                num_states, entry_dst, mask, flat_tables["state_in_arcs"].shape[-1]
+            ),
             "state_out_arcs": arc_tables.arcs_by_state(
-                num_states, entry_src, mask, flat_tables["state_out_arcs"].shape[-1])}
+                num_states, entry_src, mask, flat_tables["state_out_arcs"].shape[-1]
+            ),
+        }
         if cycle:
             expected.update(schedule.empty_schedule_arrays(num_states, num_arcs))
         else:
             found = levels.find_cycle(num_states, entry_src[mask], entry_dst[mask])
             if found:
-                raise check.fail("cycle", f"is empty, but entry {entry} has the cycle "
-                                          f"{list(found)}")
+                raise check.fail(
+                    "cycle", f"is empty, but entry {entry} has the cycle {list(found)}"
+                )
             try:
-                expected.update(schedule.build_schedule_arrays(
-                    num_states, entry_src, entry_dst, mask, shape))
+                expected.update(
+                    schedule.build_schedule_arrays(num_states, entry_src, entry_dst, mask, shape)
+                )
             except ValueError as err:
-                raise check.fail("schedule.pos_state", f"gives sizes that do not fit entry "
-                                                       f"{entry}: {err}") from None
+                raise check.fail(
+                    "schedule.pos_state", f"gives sizes that do not fit entry {entry}: {err}"
+                ) from None
         for field, value in expected.items():
             stored = flat_tables[field][entry]
             if stored.shape != value.shape or not np.array_equal(stored, value):
-                raise check.fail(f"schedule.{field}", f"does not match the structure of "
-                                                      f"entry {entry} (src, dst, arc_mask)")
+                raise check.fail(
+                    f"schedule.{field}",
+                    f"does not match the structure of entry {entry} (src, dst, arc_mask)",
+                )

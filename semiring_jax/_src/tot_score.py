@@ -39,16 +39,19 @@ def check_scorable(fsa: Fsa, fn: str) -> None:
         path = " -> ".join(str(state) for state in fsa.cycle)
         raise ValueError(
             f"{fn}: state {fsa.cycle[0]} lies on a cycle ({path}); score recursions "
-            f"need an acyclic FSA")
+            f"need an acyclic FSA"
+        )
 
 
-def _total(semiring: Semiring, schedule: Schedule, alpha: jax.Array,
-           final_weight: ArrayLeaf) -> jax.Array:
+def _total(
+    semiring: Semiring, schedule: Schedule, alpha: jax.Array, final_weight: ArrayLeaf
+) -> jax.Array:
     return semiring.sum(recursions.endings(semiring, schedule, alpha, final_weight), axis=0)
 
 
-def _plain_tot_score(semiring: Semiring, schedule: Schedule, weight: ArrayLeaf,
-                     final_weight: ArrayLeaf) -> jax.Array:
+def _plain_tot_score(
+    semiring: Semiring, schedule: Schedule, weight: ArrayLeaf, final_weight: ArrayLeaf
+) -> jax.Array:
     alpha, _ = recursions.forward_positions(semiring, schedule, weight)
     return _total(semiring, schedule, alpha, final_weight)
 
@@ -57,17 +60,20 @@ def _plain_tot_score(semiring: Semiring, schedule: Schedule, weight: ArrayLeaf,
 _tot_score_core = jax.custom_vjp(_plain_tot_score, nondiff_argnums=(0,))
 
 
-def _tot_score_fwd(semiring: Semiring, schedule: Schedule, weight: ArrayLeaf,
-                   final_weight: ArrayLeaf) -> tuple[jax.Array, tuple[Any, ...]]:
+def _tot_score_fwd(
+    semiring: Semiring, schedule: Schedule, weight: ArrayLeaf, final_weight: ArrayLeaf
+) -> tuple[jax.Array, tuple[Any, ...]]:
     selective = semiring.argsum is not None
     alpha, saved = recursions.forward_positions(
-        semiring, schedule, weight, with_local=not selective, with_choice=selective)
+        semiring, schedule, weight, with_local=not selective, with_choice=selective
+    )
     total = _total(semiring, schedule, alpha, final_weight)
     return total, (schedule, final_weight, alpha, saved)
 
 
-def _tot_score_bwd(semiring: Semiring, residuals: tuple[Any, ...],
-                   cotangent: jax.Array) -> tuple[None, jax.Array, jax.Array]:
+def _tot_score_bwd(
+    semiring: Semiring, residuals: tuple[Any, ...], cotangent: jax.Array
+) -> tuple[None, jax.Array, jax.Array]:
     # | total | arc / final gradient                                  |
     # | -inf  | exactly 0 (sum_grad gives 0 on all -inf candidates,   |
     # |       | and no path is traced back)                           |
@@ -78,13 +84,15 @@ def _tot_score_bwd(semiring: Semiring, residuals: tuple[Any, ...],
     return None, arc_grad * cotangent, final_grad * cotangent
 
 
-def _path_gradients(semiring: Semiring, schedule: Schedule, final_weight: jax.Array,
-                    alpha: jax.Array, saved: Any) -> tuple[jax.Array, jax.Array]:
+def _path_gradients(
+    semiring: Semiring, schedule: Schedule, final_weight: jax.Array, alpha: jax.Array, saved: Any
+) -> tuple[jax.Array, jax.Array]:
     """∂ total / ∂ (weight, final_weight) from the forward pass's residuals."""
     if semiring.argsum is None:
         return recursions.path_gradients(semiring, schedule, final_weight, alpha, saved)
-    arcs, final_state, found = recursions.best_path_arcs(semiring, schedule, final_weight,
-                                                         alpha, saved)
+    arcs, final_state, found = recursions.best_path_arcs(
+        semiring, schedule, final_weight, alpha, saved
+    )
     num_arcs = schedule.arc_src_pos.shape[0]
     on_path = jnp.zeros(num_arcs + 1, final_weight.dtype).at[arcs].set(1)[:num_arcs]
     stop = jnp.zeros_like(final_weight).at[final_state].set(found.astype(final_weight.dtype))

@@ -13,8 +13,9 @@ import numpy as np
 __all__ = ["arcs_by_state"]
 
 
-def arcs_by_state(num_states: int, key: np.ndarray, arc_mask: np.ndarray,
-                  width: int = 1) -> np.ndarray:
+def arcs_by_state(
+    num_states: int, key: np.ndarray, arc_mask: np.ndarray, width: int = 1
+) -> np.ndarray:
     """int32 [S, K]: row s lists the real arcs with `key == s`, in arc order.
 
     Args:

@@ -35,7 +35,8 @@ def check_weights(weights: np.ndarray, fn: str, what: str) -> None:
     if bad.size:
         i = int(bad[0])
         raise ValueError(
-            f"{fn}: {what} {i} has weight {weights[i]}; weights must be finite or -inf")
+            f"{fn}: {what} {i} has weight {weights[i]}; weights must be finite or -inf"
+        )
 
 
 def _plain(value: float) -> str:
@@ -46,12 +47,14 @@ def _plain(value: float) -> str:
 
 def _integral_column(rows: np.ndarray, column: int, fn: str, field: str) -> np.ndarray:
     values = rows[:, column]
-    bad = np.flatnonzero(~np.isfinite(values) | (values != np.round(values))
-                         | (values < 0) | (values > _INT32_MAX))
+    bad = np.flatnonzero(
+        ~np.isfinite(values) | (values != np.round(values)) | (values < 0) | (values > _INT32_MAX)
+    )
     if bad.size:
         i = int(bad[0])
         raise ValueError(
-            f"{fn}: arc {i} has {field}={_plain(values[i])}; expected a non-negative integer")
+            f"{fn}: arc {i} has {field}={_plain(values[i])}; expected a non-negative integer"
+        )
     return values.astype(np.int32)
 
 
@@ -63,18 +66,21 @@ def _rows(arcs: Any, fn: str) -> np.ndarray:
         if arcs.ndim != 2 or arcs.shape[1] not in (4, 5):
             raise ValueError(
                 f"{fn}: arcs must have shape [A, 4] (src, dst, label, weight) or [A, 5] "
-                f"(src, dst, ilabel, olabel, weight), got {arcs.shape}")
+                f"(src, dst, ilabel, olabel, weight), got {arcs.shape}"
+            )
         return arcs.astype(np.float64)
     arcs = list(arcs)
     for i, arc in enumerate(arcs):
         if not isinstance(arc, (tuple, list, np.ndarray)) or len(arc) not in (4, 5):
             raise ValueError(
                 f"{fn}: arc {i} is {arc!r}; expected (src, dst, label, weight) or "
-                f"(src, dst, ilabel, olabel, weight)")
+                f"(src, dst, ilabel, olabel, weight)"
+            )
         if len(arc) != len(arcs[0]):
             raise ValueError(
                 f"{fn}: arc {i} has {len(arc)} fields but arc 0 has {len(arcs[0])}; "
-                f"an FSA is all acceptor arcs or all transducer arcs")
+                f"an FSA is all acceptor arcs or all transducer arcs"
+            )
     if not arcs:
         return np.zeros((0, 4))
     try:
@@ -83,8 +89,9 @@ def _rows(arcs: Any, fn: str) -> np.ndarray:
         raise ValueError(f"{fn}: arcs must hold numbers: {err}") from None
 
 
-def _final_weights(final: Mapping[int, float] | Sequence[int], fn: str
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def _final_weights(
+    final: Mapping[int, float] | Sequence[int], fn: str
+) -> tuple[np.ndarray, np.ndarray]:
     if isinstance(final, Mapping):
         states, weights = list(final.keys()), list(final.values())
     else:
@@ -99,12 +106,14 @@ def _final_weights(final: Mapping[int, float] | Sequence[int], fn: str
         i = int(bad[0])
         raise ValueError(
             f"{fn}: final state {states[i]} has weight {weights_array[i]}; "
-            f"weights must be finite or -inf")
+            f"weights must be finite or -inf"
+        )
     return np.asarray(states, dtype=np.int64).reshape(-1), weights_array
 
 
-def swap_start(src: np.ndarray, dst: np.ndarray, final: np.ndarray,
-               start: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def swap_start(
+    src: np.ndarray, dst: np.ndarray, final: np.ndarray, start: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Renumbers states so that `start` becomes 0 (swapping it with 0)."""
     if start == 0:
         return src, dst, final
@@ -113,8 +122,9 @@ def swap_start(src: np.ndarray, dst: np.ndarray, final: np.ndarray,
     return swap[src], swap[dst], final[swap]
 
 
-def arcs_from_rows(arcs: Any, final: Any, *, num_states: int | None, start: int,
-                   dtype: np.dtype, fn: str) -> ArcArrays:
+def arcs_from_rows(
+    arcs: Any, final: Any, *, num_states: int | None, start: int, dtype: np.dtype, fn: str
+) -> ArcArrays:
     """Validates `from_arcs`-style input; see `Fsa.from_arcs` for the format."""
     rows = _rows(arcs, fn)
     is_acceptor = rows.shape[1] == 4
@@ -127,8 +137,12 @@ def arcs_from_rows(arcs: Any, final: Any, *, num_states: int | None, start: int,
     final_states, final_values = _final_weights(final, fn)
     if not (isinstance(start, (int, np.integer)) and start >= 0):
         raise ValueError(f"{fn}: start must be a non-negative int, got {start!r}")
-    referenced = max(int(start), int(src.max(initial=0)), int(dst.max(initial=0)),
-                     int(final_states.max(initial=0)))
+    referenced = max(
+        int(start),
+        int(src.max(initial=0)),
+        int(dst.max(initial=0)),
+        int(final_states.max(initial=0)),
+    )
     if num_states is None:
         num_states = referenced + 1
     elif not isinstance(num_states, (int, np.integer)) or num_states < 1:
@@ -137,18 +151,24 @@ def arcs_from_rows(arcs: Any, final: Any, *, num_states: int | None, start: int,
         bad = np.flatnonzero(values >= num_states)
         if bad.size:
             i = int(bad[0])
-            raise ValueError(
-                f"{fn}: arc {i} has {field}={values[i]} but num_states={num_states}")
+            raise ValueError(f"{fn}: arc {i} has {field}={values[i]} but num_states={num_states}")
     bad = np.flatnonzero(final_states >= num_states)
     if bad.size:
         raise ValueError(
-            f"{fn}: final state {final_states[bad[0]]} is out of range for "
-            f"num_states={num_states}")
+            f"{fn}: final state {final_states[bad[0]]} is out of range for num_states={num_states}"
+        )
     if start >= num_states:
         raise ValueError(f"{fn}: start={start} is out of range for num_states={num_states}")
     final_weight = np.full(num_states, -math.inf)
     final_weight[final_states] = final_values
     src, dst, final_weight = swap_start(src, dst, final_weight, int(start))
-    return ArcArrays(int(num_states), src.astype(np.int32), dst.astype(np.int32),
-                     ilabel, olabel.copy(), weight.astype(dtype),
-                     final_weight.astype(dtype), is_acceptor)
+    return ArcArrays(
+        int(num_states),
+        src.astype(np.int32),
+        dst.astype(np.int32),
+        ilabel,
+        olabel.copy(),
+        weight.astype(dtype),
+        final_weight.astype(dtype),
+        is_acceptor,
+    )

@@ -44,8 +44,12 @@ def compose(a: Parts, b: Parts) -> Result:
     sources = Sources.of([a, b])
     a_out, b_in = _leaving(a, a.olabel), _leaving(b, b.ilabel)
     # Python lists: indexing them in the loop is far cheaper than numpy's.
-    a_dst, a_ilabel, b_dst, b_olabel = (a.dst.tolist(), a.ilabel.tolist(), b.dst.tolist(),
-                                        b.olabel.tolist())
+    a_dst, a_ilabel, b_dst, b_olabel = (
+        a.dst.tolist(),
+        a.ilabel.tolist(),
+        b.dst.tolist(),
+        b.olabel.tolist(),
+    )
     a_is_final, b_is_final = a.is_final.tolist(), b.is_final.tolist()
     a_arc, b_arc = sources.arc_offsets[0], sources.arc_offsets[1]
     a_final, b_final = sources.finals(a, 0), sources.finals(b, 1)
@@ -71,19 +75,43 @@ def compose(a: Parts, b: Parts) -> Result:
             if label == 0:
                 if fresh == 0:  # a's epsilon moves come first
                     for i in arcs1:
-                        arcs.append((here, target((a_dst[i], s2, 0)), a_ilabel[i], 0, a_arc + i,
-                                     sources.one))
+                        arcs.append(
+                            (
+                                here,
+                                target((a_dst[i], s2, 0)),
+                                a_ilabel[i],
+                                0,
+                                a_arc + i,
+                                sources.one,
+                            )
+                        )
                 continue
             matches = b_in[s2].get(label)
             if not matches:
                 continue
             for i in arcs1:
                 for j in matches:
-                    arcs.append((here, target((a_dst[i], b_dst[j], 0)), a_ilabel[i], b_olabel[j],
-                                 a_arc + i, b_arc + j))
+                    arcs.append(
+                        (
+                            here,
+                            target((a_dst[i], b_dst[j], 0)),
+                            a_ilabel[i],
+                            b_olabel[j],
+                            a_arc + i,
+                            b_arc + j,
+                        )
+                    )
         for j in b_in[s2].get(0, ()):  # then b's epsilon moves
             arcs.append((here, target((s1, b_dst[j], 1)), 0, b_olabel[j], sources.one, b_arc + j))
     columns = np.array(arcs, np.int64).reshape(-1, 6)
-    built = Result(len(ids), columns[:, 0], columns[:, 1], columns[:, 2], columns[:, 3],
-                   columns[:, 4:6], np.array(final, np.int64), False)
+    built = Result(
+        len(ids),
+        columns[:, 0],
+        columns[:, 1],
+        columns[:, 2],
+        columns[:, 3],
+        columns[:, 4:6],
+        np.array(final, np.int64),
+        False,
+    )
     return structure.trimmed(built, sources)

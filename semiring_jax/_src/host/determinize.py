@@ -64,8 +64,9 @@ def determinize(parts: Parts, max_states: int) -> Determinized:
         subset members (the caller turns it into a ValueError naming the
         budget).
     """
-    leaving: list[defaultdict[int, list[int]]] = [defaultdict(list)
-                                                  for _ in range(parts.num_states)]
+    leaving: list[defaultdict[int, list[int]]] = [
+        defaultdict(list) for _ in range(parts.num_states)
+    ]
     for arc, (state, label) in enumerate(zip(parts.src.tolist(), parts.ilabel.tolist())):
         leaving[state][label].append(arc)
     one = -1  # resolved to num_residuals at the end
@@ -118,17 +119,34 @@ def determinize(parts: Parts, max_states: int) -> Determinized:
                     raise OverflowError(len(members))
         if transitions:
             term_residual, term_arc, term_slot = (np.array(column, np.int64) for column in terms)
-            depths.append(Depth(term_residual, term_arc, term_slot,
-                                np.array(slot_transition, np.int64),
-                                np.array(slot_residual, np.int64), transitions))
+            depths.append(
+                Depth(
+                    term_residual,
+                    term_arc,
+                    term_slot,
+                    np.array(slot_transition, np.int64),
+                    np.array(slot_residual, np.int64),
+                    transitions,
+                )
+            )
         frontier = next_frontier
     resolve = lambda values: np.where(values == one, num_residuals, values)
     depths = [depth._replace(term_residual=resolve(depth.term_residual)) for depth in depths]
     flat = [(state, q, r) for state, group in enumerate(members) for q, r in group]
-    member_state, member_input, member_residual = (np.array(column, np.int64)
-                                                   for column in zip(*flat))
+    member_state, member_input, member_residual = (
+        np.array(column, np.int64) for column in zip(*flat)
+    )
     is_final = np.zeros(len(members), bool)
     is_final[member_state[parts.is_final[member_input]]] = True
-    return Determinized(len(members), np.array(src, np.int64), np.array(dst, np.int64),
-                        np.array(labels, np.int64), depths, num_residuals, member_state,
-                        member_input, resolve(member_residual), is_final)
+    return Determinized(
+        len(members),
+        np.array(src, np.int64),
+        np.array(dst, np.int64),
+        np.array(labels, np.int64),
+        depths,
+        num_residuals,
+        member_state,
+        member_input,
+        resolve(member_residual),
+        is_final,
+    )

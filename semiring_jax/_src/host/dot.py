@@ -52,10 +52,13 @@ def symbol_lookup(table: Any, name: str, fn: str) -> Callable[[int], str | None]
         if isinstance(table, Mapping):
             return lambda label: _checked_symbol(table.get(label), table, label)
         if isinstance(table, Sequence):
-            return lambda label: (_checked_symbol(table[label], table, label)
-                                  if 0 <= label < len(table) else None)
-    raise TypeError(f"{fn}: {name} must be a symbol table (with find(int) -> str), a "
-                    f"Mapping[int, str] or a Sequence[str], got {type(table).__name__}")
+            return lambda label: (
+                _checked_symbol(table[label], table, label) if 0 <= label < len(table) else None
+            )
+    raise TypeError(
+        f"{fn}: {name} must be a symbol table (with find(int) -> str), a "
+        f"Mapping[int, str] or a Sequence[str], got {type(table).__name__}"
+    )
 
 
 def _found(table: Any, label: int) -> str | None:
@@ -70,8 +73,10 @@ def _found(table: Any, label: int) -> str | None:
 def _checked_symbol(symbol: Any, table: Any, label: int) -> str | None:
     if symbol is None or isinstance(symbol, str):
         return symbol
-    raise TypeError(f"symbol table {type(table).__name__} maps label {label} to "
-                    f"{type(symbol).__name__}, expected str")
+    raise TypeError(
+        f"symbol table {type(table).__name__} maps label {label} to "
+        f"{type(symbol).__name__}, expected str"
+    )
 
 
 def _quoted(text: str) -> str:
@@ -83,8 +88,9 @@ def _number(value: float, precision: int) -> str:
     return f"{float(value):.{precision}g}"
 
 
-def _symbols(labels: np.ndarray, lookup: Callable[[int], str | None], name: str,
-             fn: str) -> list[str]:
+def _symbols(
+    labels: np.ndarray, lookup: Callable[[int], str | None], name: str, fn: str
+) -> list[str]:
     """The symbol of each arc's label; a ValueError names an arc without one."""
     symbols = []
     for arc, label in enumerate(labels.tolist()):
@@ -115,11 +121,20 @@ def _ramp_colour(fraction: float) -> str:
     return "#" + "".join(f"{channel:02x}" for channel in rgb)
 
 
-def to_dot(arrays: build.ArcArrays, *, title: str = "", isymbols: Any = None,
-           osymbols: Any = None, show_weights: bool = True,
-           arc_values: np.ndarray | None = None, value_name: str = "",
-           precision: int = 3, color: bool = True, width: bool = True,
-           fn: str = "to_dot") -> str:
+def to_dot(
+    arrays: build.ArcArrays,
+    *,
+    title: str = "",
+    isymbols: Any = None,
+    osymbols: Any = None,
+    show_weights: bool = True,
+    arc_values: np.ndarray | None = None,
+    value_name: str = "",
+    precision: int = 3,
+    color: bool = True,
+    width: bool = True,
+    fn: str = "to_dot",
+) -> str:
     """Graphviz `digraph` source: states as circles, finals doubled.
 
     Arc labels read `ilabel:olabel/score` (`label/score` for an acceptor),
@@ -155,18 +170,24 @@ def to_dot(arrays: build.ArcArrays, *, title: str = "", isymbols: Any = None,
         0 -> 1 [label = "a/0.5"];
     """
     if isinstance(precision, bool) or not isinstance(precision, int) or precision < 1:
-        raise ValueError(f"{fn}: precision must be an int >= 1 (significant digits), got "
-                         f"{precision!r}")
+        raise ValueError(
+            f"{fn}: precision must be an int >= 1 (significant digits), got {precision!r}"
+        )
     num_arcs = arrays.src.shape[0]
     ilabels = _symbols(arrays.ilabel, symbol_lookup(isymbols, "isymbols", fn), "isymbols", fn)
     # An acceptor's olabel equals its ilabel and is not drawn.
-    olabels = ilabels if arrays.is_acceptor else _symbols(
-        arrays.olabel, symbol_lookup(osymbols, "osymbols", fn), "osymbols", fn)
+    olabels = (
+        ilabels
+        if arrays.is_acceptor
+        else _symbols(arrays.olabel, symbol_lookup(osymbols, "osymbols", fn), "osymbols", fn)
+    )
     if arc_values is not None:
         arc_values = np.asarray(arc_values, dtype=np.float64)
         if arc_values.shape != (num_arcs,):
-            raise ValueError(f"{fn}: arc_values must have shape [A] = ({num_arcs},) (one per "
-                             f"real arc), got {arc_values.shape}")
+            raise ValueError(
+                f"{fn}: arc_values must have shape [A] = ({num_arcs},) (one per "
+                f"real arc), got {arc_values.shape}"
+            )
         fractions = _value_fractions(arc_values)
 
     lines = ["digraph FSA {", "  rankdir = LR;", "  node [shape = circle];"]
@@ -220,8 +241,14 @@ def render_svg(source: str) -> str | None:
     if program is None:
         return None
     try:
-        result = subprocess.run([program, "-Tsvg"], input=source, text=True,
-                                capture_output=True, check=False, timeout=RENDER_TIMEOUT_S)
+        result = subprocess.run(
+            [program, "-Tsvg"],
+            input=source,
+            text=True,
+            capture_output=True,
+            check=False,
+            timeout=RENDER_TIMEOUT_S,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return result.stdout if result.returncode == 0 and "<svg" in result.stdout else None

@@ -118,8 +118,18 @@ def epsilon_removal(parts: Parts) -> tuple[EpsilonRemoval | None, tuple[int, ...
     final_pairs[owners[order], rank] = np.flatnonzero(final)[order]
     final_states[owners[order], rank] = pairs[final, 1][order]
     src = pairs[arc_pair, 0] if arc_pair.size else np.zeros(0, np.int64)
-    tables = EpsilonRemoval(np.array(pair_src), np.array(pair_dst), np.array(pair_arc),
-                            num_pairs, arc_pair, arc_input, src, parts.dst[arc_input],
-                            parts.ilabel[arc_input], parts.olabel[arc_input], final_pairs,
-                            final_states)
+    tables = EpsilonRemoval(
+        np.array(pair_src),
+        np.array(pair_dst),
+        np.array(pair_arc),
+        num_pairs,
+        arc_pair,
+        arc_input,
+        src,
+        parts.dst[arc_input],
+        parts.ilabel[arc_input],
+        parts.olabel[arc_input],
+        final_pairs,
+        final_states,
+    )
     return tables, ()

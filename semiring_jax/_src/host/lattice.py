@@ -36,8 +36,9 @@ class LatticeStructure(NamedTuple):
     final_state: np.ndarray
 
 
-def lattice_structure(num_states: int, src: np.ndarray, dst: np.ndarray,
-                      is_final: np.ndarray, length: int) -> LatticeStructure:
+def lattice_structure(
+    num_states: int, src: np.ndarray, dst: np.ndarray, is_final: np.ndarray, length: int
+) -> LatticeStructure:
     """The connected lattice of a graph's real arcs over `length` frames.
 
     Args:
@@ -69,6 +70,11 @@ def lattice_structure(num_states: int, src: np.ndarray, dst: np.ndarray,
     last = ids[length][alive[length]]
     final_state[last] = np.flatnonzero(alive[length])
     as32 = lambda values: values.astype(np.int32)
-    return LatticeStructure(max(kept.size, 1), as32(lattice_src[order]),
-                            as32(lattice_dst[order]), as32(arcs[order]),
-                            as32(frames[order]), as32(final_state))
+    return LatticeStructure(
+        max(kept.size, 1),
+        as32(lattice_src[order]),
+        as32(lattice_dst[order]),
+        as32(arcs[order]),
+        as32(frames[order]),
+        as32(final_state),
+    )

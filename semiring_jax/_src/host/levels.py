@@ -35,8 +35,7 @@ def _rows(states: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
 
 
-def longest_path_levels(num_states: int, src: np.ndarray,
-                        dst: np.ndarray) -> np.ndarray | None:
+def longest_path_levels(num_states: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray | None:
     """Length of the longest path into each state, or None if cyclic.
 
     Kahn's algorithm, one whole frontier per numpy step.
@@ -70,8 +69,7 @@ class PathLengths(NamedTuple):
     height: np.ndarray  # int64 [S]
 
 
-def path_lengths(num_states: int, src: np.ndarray,
-                 dst: np.ndarray) -> PathLengths | None:
+def path_lengths(num_states: int, src: np.ndarray, dst: np.ndarray) -> PathLengths | None:
     """Both longest-path lengths of every state; None if the arcs have a cycle."""
     earliest = longest_path_levels(num_states, src, dst)
     if earliest is None:
@@ -81,9 +79,14 @@ def path_lengths(num_states: int, src: np.ndarray,
     return PathLengths(earliest, height)
 
 
-def balanced_levels(num_states: int, src: np.ndarray, dst: np.ndarray,
-                    placed: np.ndarray, lengths: PathLengths,
-                    num_levels: int | None = None) -> np.ndarray:
+def balanced_levels(
+    num_states: int,
+    src: np.ndarray,
+    dst: np.ndarray,
+    placed: np.ndarray,
+    lengths: PathLengths,
+    num_levels: int | None = None,
+) -> np.ndarray:
     """Levels of an acyclic FSA, as even in width as can be.
 
     By default there are as few levels as possible, the depth plus one, but
@@ -126,8 +129,15 @@ def balanced_levels(num_states: int, src: np.ndarray, dst: np.ndarray,
     return best[1]
 
 
-def _list_schedule(num_states: int, src: np.ndarray, dst: np.ndarray, placed: np.ndarray,
-                   latest: np.ndarray, num_levels: int, capacity: int) -> np.ndarray:
+def _list_schedule(
+    num_states: int,
+    src: np.ndarray,
+    dst: np.ndarray,
+    placed: np.ndarray,
+    latest: np.ndarray,
+    num_levels: int,
+    capacity: int,
+) -> np.ndarray:
     """One list-scheduling pass: up to `capacity` states a level, least
     slack first, and every state by its `latest` level."""
     order, offsets = _csr(num_states, src)
@@ -176,5 +186,5 @@ def find_cycle(num_states: int, src: np.ndarray, dst: np.ndarray) -> tuple[int, 
     while state not in seen:
         seen.append(state)
         state = next_state[state]
-    cycle = seen[seen.index(state):]
+    cycle = seen[seen.index(state) :]
     return tuple([*cycle, cycle[0]])

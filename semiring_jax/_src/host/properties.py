@@ -61,8 +61,9 @@ class Properties(NamedTuple):
     connected: bool
 
 
-def reachable_states(num_states: int, sources: np.ndarray, src: np.ndarray,
-                     dst: np.ndarray) -> np.ndarray:
+def reachable_states(
+    num_states: int, sources: np.ndarray, src: np.ndarray, dst: np.ndarray
+) -> np.ndarray:
     """The states reachable from `sources` along the arcs `src -> dst`.
 
     Breadth first, one whole frontier per numpy step, so the work is O(A)

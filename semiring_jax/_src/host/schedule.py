@@ -65,10 +65,14 @@ class _Structure(NamedTuple):
     placed: np.ndarray  # [S] bool
 
 
-def _structure(num_states: int, src: np.ndarray, dst: np.ndarray,
-               lengths: levels_lib.PathLengths, num_levels: int) -> _Structure:
-    placed = (np.bincount(src, minlength=num_states)
-              + np.bincount(dst, minlength=num_states)) > 0
+def _structure(
+    num_states: int,
+    src: np.ndarray,
+    dst: np.ndarray,
+    lengths: levels_lib.PathLengths,
+    num_levels: int,
+) -> _Structure:
+    placed = (np.bincount(src, minlength=num_states) + np.bincount(dst, minlength=num_states)) > 0
     placed[0] = True
     levels = levels_lib.balanced_levels(num_states, src, dst, placed, lengths, num_levels)
     return _Structure(num_states, src, dst, levels, placed)
@@ -81,8 +85,9 @@ def _degrees(structure: _Structure) -> tuple[np.ndarray, np.ndarray]:
     return in_degree, np.bincount(structure.src, minlength=structure.num_states)
 
 
-def _row_counts(structure: _Structure, degree: np.ndarray, slots: int,
-                width: int) -> tuple[int, int]:
+def _row_counts(
+    structure: _Structure, degree: np.ndarray, slots: int, width: int
+) -> tuple[int, int]:
     """(rows per level, most rows of one state) with `slots` per row."""
     rows = np.maximum(-(-degree[structure.placed] // slots), 1)
     extra = np.bincount(structure.levels[structure.placed], weights=rows - 1)
@@ -98,8 +103,9 @@ def _best_slots(entries: list[tuple[_Structure, np.ndarray]], width: int) -> int
     """The K that minimises the padded work of a level step, over `entries`
     (structure, degree) that share one schedule shape."""
     most = max(max(int(degree.max()), 1) for _, degree in entries)
-    candidates = sorted(set(range(1, min(most, 32) + 1)) | {most}
-                        | {2 ** k for k in range(5, most.bit_length())})
+    candidates = sorted(
+        set(range(1, min(most, 32) + 1)) | {most} | {2**k for k in range(5, most.bit_length())}
+    )
     best, best_cost = 1, None
     for slots in candidates:
         counts = [_row_counts(structure, degree, slots, width) for structure, degree in entries]
@@ -115,8 +121,9 @@ def _identity(size: int) -> int:
     return size
 
 
-def _common_shape(structures: list[_Structure], round_up: Callable[[int], int],
-                  levels: int) -> ScheduleShape:
+def _common_shape(
+    structures: list[_Structure], round_up: Callable[[int], int], levels: int
+) -> ScheduleShape:
     """The smallest shape (sizes passed through `round_up`) that fits all."""
     width = round_up(max(int(np.bincount(st.levels[st.placed]).max()) for st in structures))
     degrees = [_degrees(structure) for structure in structures]
@@ -125,8 +132,7 @@ def _common_shape(structures: list[_Structure], round_up: Callable[[int], int],
         entries = [(st, degree[direction]) for st, degree in zip(structures, degrees)]
         slots = round_up(_best_slots(entries, width))
         counts = [_row_counts(st, degree, slots, width) for st, degree in entries]
-        sizes += [round_up(max(r for r, _ in counts)), slots,
-                  round_up(max(p for _, p in counts))]
+        sizes += [round_up(max(r for r, _ in counts)), slots, round_up(max(p for _, p in counts))]
     return ScheduleShape(levels, width, *sizes)
 
 
@@ -137,17 +143,19 @@ _LEVEL_OVERHEAD = 500
 def _cost(shape: ScheduleShape, batch: int) -> float:
     """Padded work of a forward and a backward scan, in slots per entry."""
     per_level = _LEVEL_OVERHEAD / batch
-    for rows, slots, parts in ((shape.in_rows, shape.max_in, shape.in_parts),
-                               (shape.out_rows, shape.max_out, shape.out_parts)):
+    for rows, slots, parts in (
+        (shape.in_rows, shape.max_in, shape.in_parts),
+        (shape.out_rows, shape.max_out, shape.out_parts),
+    ):
         if parts > 1:
             per_level += shape.width * parts + _COMBINE_OVERHEAD / batch
         per_level += rows * slots
     return shape.levels * per_level
 
 
-def _best_shape(fsas: Sequence[tuple[int, np.ndarray, np.ndarray]],
-                round_up: Callable[[int], int] = _identity
-                ) -> tuple[ScheduleShape, list[_Structure]] | None:
+def _best_shape(
+    fsas: Sequence[tuple[int, np.ndarray, np.ndarray]], round_up: Callable[[int], int] = _identity
+) -> tuple[ScheduleShape, list[_Structure]] | None:
     """The cheapest common shape and the structures it was computed from.
 
     Levels beyond the depth plus one make a step sequential that could have
@@ -164,8 +172,7 @@ def _best_shape(fsas: Sequence[tuple[int, np.ndarray, np.ndarray]],
     best: tuple[ScheduleShape, list[_Structure]] | None = None
     for factor in (1.0, 1.25, 1.5):
         num_levels = round_up(math.ceil((depth + 1) * factor))
-        structures = [_structure(*arcs, entry, num_levels)
-                      for arcs, entry in zip(fsas, lengths)]
+        structures = [_structure(*arcs, entry, num_levels) for arcs, entry in zip(fsas, lengths)]
         shape = _common_shape(structures, round_up, num_levels)
         if best is None or _cost(shape, len(fsas)) < _cost(best[0], len(fsas)):
             best = shape, structures
@@ -175,8 +182,9 @@ def _best_shape(fsas: Sequence[tuple[int, np.ndarray, np.ndarray]],
     return best
 
 
-def common_shape(fsas: Sequence[tuple[int, np.ndarray, np.ndarray]],
-                 round_up: Callable[[int], int] = _identity) -> ScheduleShape | None:
+def common_shape(
+    fsas: Sequence[tuple[int, np.ndarray, np.ndarray]], round_up: Callable[[int], int] = _identity
+) -> ScheduleShape | None:
     """One schedule shape for several FSAs (a batch); None if one is cyclic.
 
     Args:
@@ -195,8 +203,16 @@ def _fit(structure: _Structure, shape: ScheduleShape) -> _Structure:
     in_rows, in_parts = _row_counts(structure, in_degree, shape.max_in, shape.width)
     out_rows, out_parts = _row_counts(structure, out_degree, shape.max_out, shape.width)
     placed_levels = structure.levels[structure.placed]
-    needed = ScheduleShape(int(placed_levels.max()) + 1, int(np.bincount(placed_levels).max()),
-                           in_rows, shape.max_in, in_parts, out_rows, shape.max_out, out_parts)
+    needed = ScheduleShape(
+        int(placed_levels.max()) + 1,
+        int(np.bincount(placed_levels).max()),
+        in_rows,
+        shape.max_in,
+        in_parts,
+        out_rows,
+        shape.max_out,
+        out_parts,
+    )
     if any(n > s for n, s in zip(needed, shape)):
         raise ValueError(f"build_schedule_arrays: shape {shape} is too small for {needed}")
     return structure
@@ -213,8 +229,9 @@ def _positions(structure: _Structure, width: int, num_positions: int) -> np.ndar
     return positions
 
 
-def _pull_tables(key_pos: np.ndarray, shape: ScheduleShape, rows: int, slots: int,
-                 parts: int, fill: int) -> dict[str, np.ndarray]:
+def _pull_tables(
+    key_pos: np.ndarray, shape: ScheduleShape, rows: int, slots: int, parts: int, fill: int
+) -> dict[str, np.ndarray]:
     """Entries grouped by the position of their key state, split into rows.
 
     Args:
@@ -252,9 +269,13 @@ def _pull_tables(key_pos: np.ndarray, shape: ScheduleShape, rows: int, slots: in
     return dict(table=table, combine=combine, row_part=row_part, entry_slot=entry_slot)
 
 
-def build_schedule_arrays(num_states: int, src: np.ndarray, dst: np.ndarray,
-                          arc_mask: np.ndarray,
-                          shape: ScheduleShape | None = None) -> dict[str, np.ndarray]:
+def build_schedule_arrays(
+    num_states: int,
+    src: np.ndarray,
+    dst: np.ndarray,
+    arc_mask: np.ndarray,
+    shape: ScheduleShape | None = None,
+) -> dict[str, np.ndarray]:
     """All index tables of an acyclic FSA, padded to `shape`.
 
     Args:
@@ -275,20 +296,27 @@ def build_schedule_arrays(num_states: int, src: np.ndarray, dst: np.ndarray,
     else:
         lengths = levels_lib.path_lengths(num_states, real_src, real_dst)
         assert lengths is not None  # the FSA is acyclic (see Args)
-        structure = _fit(_structure(num_states, real_src, real_dst, lengths, shape.levels),
-                         shape)
+        structure = _fit(_structure(num_states, real_src, real_dst, lengths, shape.levels), shape)
     num_positions = shape.levels * shape.width
     state_pos = _positions(structure, shape.width, num_positions)
     pos_state = np.full(num_positions + 1, num_states, dtype=np.int64)
     pos_state[state_pos] = np.arange(num_states)
     # Incoming entries: the start's pseudo-arc (entry 0), then the real arcs.
-    incoming = _pull_tables(np.concatenate([[state_pos[0]], state_pos[real_dst]]), shape,
-                            shape.in_rows, shape.max_in, shape.in_parts, fill=real.size + 1)
+    incoming = _pull_tables(
+        np.concatenate([[state_pos[0]], state_pos[real_dst]]),
+        shape,
+        shape.in_rows,
+        shape.max_in,
+        shape.in_parts,
+        fill=real.size + 1,
+    )
     in_arc = np.concatenate([[num_arcs + 1], real, [num_arcs]])[incoming["table"]]
-    in_src_pos = np.concatenate([[num_positions + 1], state_pos[real_src],
-                                 [num_positions]])[incoming["table"]]
-    outgoing = _pull_tables(state_pos[real_src], shape, shape.out_rows, shape.max_out,
-                            shape.out_parts, fill=real.size)
+    in_src_pos = np.concatenate([[num_positions + 1], state_pos[real_src], [num_positions]])[
+        incoming["table"]
+    ]
+    outgoing = _pull_tables(
+        state_pos[real_src], shape, shape.out_rows, shape.max_out, shape.out_parts, fill=real.size
+    )
     out_arc = np.append(real, num_arcs)[outgoing["table"]]
     out_dst_pos = np.append(state_pos[real_dst], num_positions)[outgoing["table"]]
     arc_src_pos = np.full(num_arcs, num_positions, dtype=np.int64)
@@ -320,9 +348,17 @@ def empty_schedule_arrays(num_states: int, num_arcs: int) -> dict[str, np.ndarra
     """Zero-sized tables for a cyclic FSA (score ops refuse it before use)."""
     grid = np.zeros((0, 0), np.int32)
     rows = np.zeros((0, 0, 0), np.int32)
-    return dict(state_pos=np.zeros(num_states, np.int32), pos_state=grid,
-                in_arc=rows, in_src_pos=rows, in_combine=rows, in_row_part=grid,
-                out_arc=rows, out_dst_pos=rows, out_combine=rows,
-                arc_src_pos=np.zeros(num_arcs, np.int32),
-                arc_dst_pos=np.zeros(num_arcs, np.int32),
-                arc_grad_index=np.zeros(num_arcs, np.int32))
+    return dict(
+        state_pos=np.zeros(num_states, np.int32),
+        pos_state=grid,
+        in_arc=rows,
+        in_src_pos=rows,
+        in_combine=rows,
+        in_row_part=grid,
+        out_arc=rows,
+        out_dst_pos=rows,
+        out_combine=rows,
+        arc_src_pos=np.zeros(num_arcs, np.int32),
+        arc_dst_pos=np.zeros(num_arcs, np.int32),
+        arc_grad_index=np.zeros(num_arcs, np.int32),
+    )

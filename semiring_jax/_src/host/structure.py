@@ -87,15 +87,22 @@ class Sources(NamedTuple):
 
     def finals(self, parts: Parts, index: int) -> np.ndarray:
         """Final-weight sources of an operand's states (ZERO where not final)."""
-        return np.where(parts.is_final, self.final_offsets[index] + np.arange(parts.num_states),
-                        self.zero)
+        return np.where(
+            parts.is_final, self.final_offsets[index] + np.arange(parts.num_states), self.zero
+        )
 
 
 def _result(parts: Parts, sources: Sources, **changes: Any) -> Result:
-    fields = dict(num_states=parts.num_states, src=parts.src, dst=parts.dst,
-                  ilabel=parts.ilabel, olabel=parts.olabel,
-                  arc_source=sources.arc_offsets[0] + np.arange(parts.src.shape[0]),
-                  final_source=sources.finals(parts, 0), is_acceptor=parts.is_acceptor)
+    fields = dict(
+        num_states=parts.num_states,
+        src=parts.src,
+        dst=parts.dst,
+        ilabel=parts.ilabel,
+        olabel=parts.olabel,
+        arc_source=sources.arc_offsets[0] + np.arange(parts.src.shape[0]),
+        final_source=sources.finals(parts, 0),
+        is_acceptor=parts.is_acceptor,
+    )
     fields.update(changes)
     return Result(**fields)
 
@@ -114,30 +121,43 @@ def project(parts: Parts, side: str) -> Result:
 def arc_sort(parts: Parts, by: str) -> Result:
     """Arcs ordered by source state, then label (`by`), then the other label,
     then destination; ties keep their order."""
-    first, second = ((parts.ilabel, parts.olabel) if by == "ilabel"
-                     else (parts.olabel, parts.ilabel))
+    first, second = (parts.ilabel, parts.olabel) if by == "ilabel" else (parts.olabel, parts.ilabel)
     order = np.lexsort((parts.dst, second, first, parts.src))
     return _permuted_arcs(parts, order)
 
 
 def _permuted_arcs(parts: Parts, order: np.ndarray) -> Result:
     sources = Sources.of([parts])
-    return _result(parts, sources, src=parts.src[order], dst=parts.dst[order],
-                   ilabel=parts.ilabel[order], olabel=parts.olabel[order],
-                   arc_source=sources.arc_offsets[0] + order)
+    return _result(
+        parts,
+        sources,
+        src=parts.src[order],
+        dst=parts.dst[order],
+        ilabel=parts.ilabel[order],
+        olabel=parts.olabel[order],
+        arc_source=sources.arc_offsets[0] + order,
+    )
 
 
-def _renumbered(parts: Parts, new_state: np.ndarray, num_states: int,
-                keep_arc: np.ndarray) -> Result:
+def _renumbered(
+    parts: Parts, new_state: np.ndarray, num_states: int, keep_arc: np.ndarray
+) -> Result:
     """States renumbered by `new_state` [S] (-1: dropped), arcs filtered."""
     sources = Sources.of([parts])
     arcs = np.flatnonzero(keep_arc)
     final_source = np.full(num_states, sources.zero, np.int64)
     kept = new_state >= 0
     final_source[new_state[kept]] = sources.finals(parts, 0)[kept]
-    return Result(num_states, new_state[parts.src[arcs]], new_state[parts.dst[arcs]],
-                  parts.ilabel[arcs], parts.olabel[arcs], sources.arc_offsets[0] + arcs,
-                  final_source, parts.is_acceptor)
+    return Result(
+        num_states,
+        new_state[parts.src[arcs]],
+        new_state[parts.dst[arcs]],
+        parts.ilabel[arcs],
+        parts.olabel[arcs],
+        sources.arc_offsets[0] + arcs,
+        final_source,
+        parts.is_acceptor,
+    )
 
 
 def top_sort(parts: Parts) -> tuple[Result | None, tuple[Any, ...]]:
@@ -157,12 +177,10 @@ def top_sort(parts: Parts) -> tuple[Result | None, tuple[Any, ...]]:
     order = np.argsort(rank, kind="stable")
     new_state = np.empty(parts.num_states, np.int64)
     new_state[order] = np.arange(parts.num_states)
-    return _renumbered(parts, new_state, parts.num_states,
-                       np.ones(parts.src.shape[0], bool)), ()
+    return _renumbered(parts, new_state, parts.num_states, np.ones(parts.src.shape[0], bool)), ()
 
 
-def _reachable(num_states: int, start: np.ndarray, src: np.ndarray,
-               dst: np.ndarray) -> np.ndarray:
+def _reachable(num_states: int, start: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     """bool [S]: states reachable from `start` (bool [S]) along src -> dst."""
     seen = start.copy()
     frontier = start.copy()
@@ -179,8 +197,9 @@ def connect(parts: Parts) -> Result:
     start itself, so that a result always has state 0)."""
     start = np.zeros(parts.num_states, bool)
     start[0] = True
-    useful = (_reachable(parts.num_states, start, parts.src, parts.dst)
-              & _reachable(parts.num_states, parts.is_final, parts.dst, parts.src))
+    useful = _reachable(parts.num_states, start, parts.src, parts.dst) & _reachable(
+        parts.num_states, parts.is_final, parts.dst, parts.src
+    )
     useful[0] = True
     new_state = np.full(parts.num_states, -1, np.int64)
     new_state[useful] = np.arange(int(useful.sum()))
@@ -190,29 +209,39 @@ def connect(parts: Parts) -> Result:
     return _renumbered(parts, new_state, int(useful.sum()), keep_arc)
 
 
-def _join(operands: Sequence[Parts], state_offsets: np.ndarray,
-          sources: Sources) -> list[np.ndarray]:
+def _join(
+    operands: Sequence[Parts], state_offsets: np.ndarray, sources: Sources
+) -> list[np.ndarray]:
     """The operands' arcs laid side by side, states shifted."""
-    columns = [np.concatenate([parts.src + offset for parts, offset in
-                               zip(operands, state_offsets)]),
-               np.concatenate([parts.dst + offset for parts, offset in
-                               zip(operands, state_offsets)]),
-               np.concatenate([parts.ilabel for parts in operands]),
-               np.concatenate([parts.olabel for parts in operands]),
-               np.concatenate([sources.arc_offsets[i] + np.arange(parts.src.shape[0])
-                               for i, parts in enumerate(operands)])]
+    columns = [
+        np.concatenate([parts.src + offset for parts, offset in zip(operands, state_offsets)]),
+        np.concatenate([parts.dst + offset for parts, offset in zip(operands, state_offsets)]),
+        np.concatenate([parts.ilabel for parts in operands]),
+        np.concatenate([parts.olabel for parts in operands]),
+        np.concatenate(
+            [
+                sources.arc_offsets[i] + np.arange(parts.src.shape[0])
+                for i, parts in enumerate(operands)
+            ]
+        ),
+    ]
     return columns
 
 
-def _epsilon_arcs(src: np.ndarray, dst: np.ndarray,
-                  source: np.ndarray | int) -> list[np.ndarray]:
+def _epsilon_arcs(src: np.ndarray, dst: np.ndarray, source: np.ndarray | int) -> list[np.ndarray]:
     src = np.asarray(src, np.int64)
     zeros = np.zeros(src.shape[0], np.int64)
     return [src, np.asarray(dst, np.int64) + zeros, zeros, zeros, np.asarray(source) + zeros]
 
 
-def _with_arcs(num_states: int, base: list[np.ndarray], extra: list[np.ndarray],
-               final_source: np.ndarray, is_acceptor: bool, extra_first: bool = False) -> Result:
+def _with_arcs(
+    num_states: int,
+    base: list[np.ndarray],
+    extra: list[np.ndarray],
+    final_source: np.ndarray,
+    is_acceptor: bool,
+    extra_first: bool = False,
+) -> Result:
     parts = [extra, base] if extra_first else [base, extra]
     src, dst, ilabel, olabel, source = (np.concatenate([p[i] for p in parts]) for i in range(5))
     return Result(num_states, src, dst, ilabel, olabel, source, final_source, is_acceptor)
@@ -224,13 +253,19 @@ def reverse(parts: Parts) -> Result:
     start final (weight one). State s becomes s + 1."""
     sources = Sources.of([parts])
     finals = np.flatnonzero(parts.is_final)
-    base = [parts.dst + 1, parts.src + 1, parts.ilabel, parts.olabel,
-            sources.arc_offsets[0] + np.arange(parts.src.shape[0])]
+    base = [
+        parts.dst + 1,
+        parts.src + 1,
+        parts.ilabel,
+        parts.olabel,
+        sources.arc_offsets[0] + np.arange(parts.src.shape[0]),
+    ]
     extra = _epsilon_arcs(np.zeros(finals.size), finals + 1, sources.final_offsets[0] + finals)
     final_source = np.full(parts.num_states + 1, sources.zero, np.int64)
     final_source[1] = sources.one
-    return _with_arcs(parts.num_states + 1, base, extra, final_source, parts.is_acceptor,
-                      extra_first=True)
+    return _with_arcs(
+        parts.num_states + 1, base, extra, final_source, parts.is_acceptor, extra_first=True
+    )
 
 
 def union(operands: Sequence[Parts]) -> Result:
@@ -240,10 +275,12 @@ def union(operands: Sequence[Parts]) -> Result:
     offsets = np.cumsum([1] + [parts.num_states for parts in operands])
     base = _join(operands, offsets[:-1], sources)
     extra = _epsilon_arcs(np.zeros(len(operands)), offsets[:-1], sources.one)
-    final_source = np.concatenate([[sources.zero]] + [sources.finals(parts, i) for i, parts
-                                                       in enumerate(operands)])
-    return _with_arcs(int(offsets[-1]), base, extra, final_source, operands[0].is_acceptor,
-                      extra_first=True)
+    final_source = np.concatenate(
+        [[sources.zero]] + [sources.finals(parts, i) for i, parts in enumerate(operands)]
+    )
+    return _with_arcs(
+        int(offsets[-1]), base, extra, final_source, operands[0].is_acceptor, extra_first=True
+    )
 
 
 def concat(operands: Sequence[Parts]) -> Result:
@@ -259,10 +296,11 @@ def concat(operands: Sequence[Parts]) -> Result:
         links[0].append(finals + offsets[i])
         links[1].append(np.full(finals.size, offsets[i + 1]))
         links[2].append(sources.final_offsets[i] + finals)
-    extra = _epsilon_arcs(*(np.concatenate(column) if column else np.zeros(0, np.int64)
-                            for column in links))
+    extra = _epsilon_arcs(
+        *(np.concatenate(column) if column else np.zeros(0, np.int64) for column in links)
+    )
     final_source = np.full(int(offsets[-1]), sources.zero, np.int64)
-    final_source[offsets[-2]:] = sources.finals(operands[-1], len(operands) - 1)
+    final_source[offsets[-2] :] = sources.finals(operands[-1], len(operands) - 1)
     return _with_arcs(int(offsets[-1]), base, extra, final_source, operands[0].is_acceptor)
 
 
@@ -273,14 +311,24 @@ def closure(parts: Parts) -> Result:
     s + 1. The result is cyclic whenever a final state exists."""
     sources = Sources.of([parts])
     finals = np.flatnonzero(parts.is_final)
-    base = [parts.src + 1, parts.dst + 1, parts.ilabel, parts.olabel,
-            sources.arc_offsets[0] + np.arange(parts.src.shape[0])]
-    extra = [np.concatenate([[0], finals + 1]), np.ones(finals.size + 1, np.int64),
-             np.zeros(finals.size + 1, np.int64), np.zeros(finals.size + 1, np.int64),
-             np.concatenate([[sources.one], sources.final_offsets[0] + finals])]
+    base = [
+        parts.src + 1,
+        parts.dst + 1,
+        parts.ilabel,
+        parts.olabel,
+        sources.arc_offsets[0] + np.arange(parts.src.shape[0]),
+    ]
+    extra = [
+        np.concatenate([[0], finals + 1]),
+        np.ones(finals.size + 1, np.int64),
+        np.zeros(finals.size + 1, np.int64),
+        np.zeros(finals.size + 1, np.int64),
+        np.concatenate([[sources.one], sources.final_offsets[0] + finals]),
+    ]
     final_source = np.concatenate([[sources.one], sources.finals(parts, 0)])
-    return _with_arcs(parts.num_states + 1, base, extra, final_source, parts.is_acceptor,
-                      extra_first=True)
+    return _with_arcs(
+        parts.num_states + 1, base, extra, final_source, parts.is_acceptor, extra_first=True
+    )
 
 
 def trimmed(result: Result, sources: Sources) -> Result:
@@ -289,22 +337,36 @@ def trimmed(result: Result, sources: Sources) -> Result:
     is_final = result.final_source != sources.zero
     if is_final.ndim == 2:
         is_final = is_final.all(axis=1)
-    kept = connect(Parts(result.num_states, result.src, result.dst, result.ilabel,
-                         result.olabel, is_final, result.is_acceptor))
+    kept = connect(
+        Parts(
+            result.num_states,
+            result.src,
+            result.dst,
+            result.ilabel,
+            result.olabel,
+            is_final,
+            result.is_acceptor,
+        )
+    )
     # `kept`'s sources index `result`'s arcs, then its states' finals.
     final_rows = kept.final_source - result.src.shape[0]  # a state, or S for none
     zero_row = np.full((1, *result.final_source.shape[1:]), sources.zero, np.int64)
     final_source = np.concatenate([result.final_source, zero_row])[final_rows]
-    return kept._replace(arc_source=result.arc_source[kept.arc_source],
-                         final_source=final_source)
+    return kept._replace(arc_source=result.arc_source[kept.arc_source], final_source=final_source)
 
 
 def prune(parts: Parts, keep_arc: np.ndarray, keep_final: np.ndarray) -> Result:
     """Only the arcs and final states kept (bool [A], [S]), then trimmed."""
     sources = Sources.of([parts])
     arcs = np.flatnonzero(keep_arc)
-    result = Result(parts.num_states, parts.src[arcs], parts.dst[arcs], parts.ilabel[arcs],
-                    parts.olabel[arcs], sources.arc_offsets[0] + arcs,
-                    np.where(keep_final, sources.finals(parts, 0), sources.zero),
-                    parts.is_acceptor)
+    result = Result(
+        parts.num_states,
+        parts.src[arcs],
+        parts.dst[arcs],
+        parts.ilabel[arcs],
+        parts.olabel[arcs],
+        sources.arc_offsets[0] + arcs,
+        np.where(keep_final, sources.finals(parts, 0), sources.zero),
+        parts.is_acceptor,
+    )
     return trimmed(result, sources)

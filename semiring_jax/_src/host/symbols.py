@@ -29,8 +29,9 @@ def _key(value: Any, fn: str) -> int:
     try:
         key = operator.index(value)
     except TypeError:
-        raise TypeError(f"{fn}: a key must be an int, got {type(value).__name__} "
-                        f"{value!r}") from None
+        raise TypeError(
+            f"{fn}: a key must be an int, got {type(value).__name__} {value!r}"
+        ) from None
     if key < 0:
         raise ValueError(f"{fn}: key {key} is negative; keys are non-negative integers")
     return key
@@ -40,8 +41,10 @@ def _check_symbol(symbol: Any, fn: str) -> str:
     if not isinstance(symbol, str):
         raise TypeError(f"{fn}: a symbol must be a str, got {type(symbol).__name__} {symbol!r}")
     if not symbol or any(c in _FORBIDDEN for c in symbol):
-        raise ValueError(f"{fn}: symbol {symbol!r} is empty or holds a space, tab or "
-                         f"newline, which the text format cannot store")
+        raise ValueError(
+            f"{fn}: symbol {symbol!r} is empty or holds a space, tab or "
+            f"newline, which the text format cannot store"
+        )
     return symbol
 
 
@@ -76,8 +79,9 @@ class SymbolTable:
       True
     """
 
-    def __init__(self, symbols: Iterable[str] | Mapping[str, int] | None = None, *,
-                 name: str = "") -> None:
+    def __init__(
+        self, symbols: Iterable[str] | Mapping[str, int] | None = None, *, name: str = ""
+    ) -> None:
         if not isinstance(name, str):
             raise TypeError(f"SymbolTable: name must be a str, got {type(name).__name__}")
         self.name = name
@@ -86,10 +90,14 @@ class SymbolTable:
         if symbols is None:
             return
         if isinstance(symbols, str):
-            raise TypeError("SymbolTable: symbols must be an iterable of str or a mapping, "
-                            "got a single str")
-        pairs = (symbols.items() if isinstance(symbols, Mapping)
-                 else ((symbol, key) for key, symbol in enumerate(symbols)))
+            raise TypeError(
+                "SymbolTable: symbols must be an iterable of str or a mapping, got a single str"
+            )
+        pairs = (
+            symbols.items()
+            if isinstance(symbols, Mapping)
+            else ((symbol, key) for key, symbol in enumerate(symbols))
+        )
         for symbol, key in pairs:
             self._insert(symbol, key, "SymbolTable")
 
@@ -97,11 +105,11 @@ class SymbolTable:
         """Adds a new pair; raises if the symbol or the key is taken."""
         symbol, key = _check_symbol(symbol, fn), _key(key, fn)
         if symbol in self._key_of:
-            raise ValueError(f"{fn}: duplicate symbol {symbol!r} (already key "
-                             f"{self._key_of[symbol]})")
+            raise ValueError(
+                f"{fn}: duplicate symbol {symbol!r} (already key {self._key_of[symbol]})"
+            )
         if key in self._symbol_of:
-            raise ValueError(f"{fn}: duplicate key {key} (already symbol "
-                             f"{self._symbol_of[key]!r})")
+            raise ValueError(f"{fn}: duplicate key {key} (already symbol {self._symbol_of[key]!r})")
         self._key_of[symbol] = key
         self._symbol_of[key] = symbol
         return key
@@ -138,8 +146,9 @@ class SymbolTable:
                 raise ValueError(f"{where}: expected 'symbol key', got {line!r}")
             symbol, key_text = fields
             if not _DIGITS.fullmatch(key_text):
-                raise ValueError(f"{where}: key {key_text!r} is not a non-negative integer "
-                                 f"in {line!r}")
+                raise ValueError(
+                    f"{where}: key {key_text!r} is not a non-negative integer in {line!r}"
+                )
             try:
                 table._insert(symbol, int(key_text), where)
             except ValueError as err:
@@ -299,8 +308,7 @@ class SymbolTable:
         if symbol in self._key_of:
             existing = self._key_of[symbol]
             if key is not None and _key(key, fn) != existing:
-                raise ValueError(f"{fn}: symbol {symbol!r} already has key {existing}, "
-                                 f"not {key}")
+                raise ValueError(f"{fn}: symbol {symbol!r} already has key {existing}, not {key}")
             return existing
         if key is None:
             key = max(self._symbol_of, default=-1) + 1

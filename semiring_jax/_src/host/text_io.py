@@ -20,7 +20,8 @@ def _number(field: str, line_number: int, line: str, fn: str, *, integer: bool) 
         value = math.nan
     if integer and not (value.is_integer() if math.isfinite(value) else False):
         raise ValueError(
-            f"{fn}: line {line_number}: expected an integer, got {field!r} in {line!r}")
+            f"{fn}: line {line_number}: expected an integer, got {field!r} in {line!r}"
+        )
     if math.isnan(value):
         raise ValueError(f"{fn}: line {line_number}: expected a number, got {field!r} in {line!r}")
     return value
@@ -59,9 +60,9 @@ def _is_olabel(field: str, osymbols: SymbolTable | None) -> bool:
     return field in osymbols or not _is_number(field)
 
 
-def label_tables(is_acceptor: bool | None, isymbols: SymbolTable | None,
-                 osymbols: SymbolTable | None, fn: str
-                 ) -> tuple[SymbolTable | None, SymbolTable | None]:
+def label_tables(
+    is_acceptor: bool | None, isymbols: SymbolTable | None, osymbols: SymbolTable | None, fn: str
+) -> tuple[SymbolTable | None, SymbolTable | None]:
     """The tables of the input and output label columns, checked.
 
     An acceptor has one label column: it uses `isymbols`, or `osymbols`
@@ -70,31 +71,41 @@ def label_tables(is_acceptor: bool | None, isymbols: SymbolTable | None,
     """
     for name, table in (("isymbols", isymbols), ("osymbols", osymbols)):
         if table is not None and not isinstance(table, SymbolTable):
-            raise TypeError(f"{fn}: {name} must be a sj.SymbolTable or None, got "
-                            f"{type(table).__name__}")
+            raise TypeError(
+                f"{fn}: {name} must be a sj.SymbolTable or None, got {type(table).__name__}"
+            )
     if is_acceptor:
         if isymbols is not None and osymbols is not None and isymbols != osymbols:
-            raise ValueError(f"{fn}: an acceptor has one label column, but isymbols and "
-                             f"osymbols differ; pass one table")
+            raise ValueError(
+                f"{fn}: an acceptor has one label column, but isymbols and "
+                f"osymbols differ; pass one table"
+            )
         shared = isymbols if isymbols is not None else osymbols
         return shared, shared
     return isymbols, osymbols
 
 
-def _label(field: str, table: SymbolTable | None, line_number: int, line: str, fn: str,
-           table_name: str) -> float:
+def _label(
+    field: str, table: SymbolTable | None, line_number: int, line: str, fn: str, table_name: str
+) -> float:
     """A label field: an integer, or with a table, one of its symbols."""
     if table is None:
         return _number(field, line_number, line, fn, integer=True)
     if field not in table:
-        raise ValueError(f"{fn}: line {line_number}: symbol {field!r} is not in "
-                         f"{table_name}, in {line!r}")
+        raise ValueError(
+            f"{fn}: line {line_number}: symbol {field!r} is not in {table_name}, in {line!r}"
+        )
     return float(table.find(field))
 
 
-def parse_openfst(text: str, *, acceptor: bool | None, dtype: np.dtype,
-                  isymbols: SymbolTable | None = None,
-                  osymbols: SymbolTable | None = None) -> build.ArcArrays:
+def parse_openfst(
+    text: str,
+    *,
+    acceptor: bool | None,
+    dtype: np.dtype,
+    isymbols: SymbolTable | None = None,
+    osymbols: SymbolTable | None = None,
+) -> build.ArcArrays:
     """Parses AT&T text (see `Fsa.from_openfst` for the accepted forms)."""
     fn = "from_openfst"
     label_tables(None, isymbols, osymbols, fn)
@@ -105,11 +116,15 @@ def parse_openfst(text: str, *, acceptor: bool | None, dtype: np.dtype,
         if len(fields) > 5:
             raise ValueError(
                 f"{fn}: line {line_number}: expected 'src dst ilabel [olabel] [weight]' "
-                f"or 'state [weight]', got {line!r}")
+                f"or 'state [weight]', got {line!r}"
+            )
         if len(fields) <= 2:
             state = int(_number(fields[0], line_number, line, fn, integer=True))
-            cost = (_number(fields[1], line_number, line, fn, integer=False)
-                    if len(fields) == 2 else 0.0)
+            cost = (
+                _number(fields[1], line_number, line, fn, integer=False)
+                if len(fields) == 2
+                else 0.0
+            )
             if state < 0 or cost == -math.inf:
                 raise ValueError(f"{fn}: line {line_number}: bad final state line {line!r}")
             finals[state] = 0.0 - cost
@@ -127,21 +142,35 @@ def parse_openfst(text: str, *, acceptor: bool | None, dtype: np.dtype,
         if arity is not None and line_arity != arity:
             raise ValueError(
                 f"{fn}: line {line_number}: {line!r} mixes acceptor and transducer arcs; "
-                f"pass acceptor=True or acceptor=False")
+                f"pass acceptor=True or acceptor=False"
+            )
         arity = line_arity
         numbers = [_number(f, line_number, line, fn, integer=True) for f in fields[:2]]
         if arity == 1:
             if one_column is None:
                 one_column = label_tables(True, isymbols, osymbols, fn)[0]
-            numbers.append(_label(fields[2], one_column, line_number, line, fn,
-                                  "isymbols" if isymbols is not None else "osymbols"))
+            numbers.append(
+                _label(
+                    fields[2],
+                    one_column,
+                    line_number,
+                    line,
+                    fn,
+                    "isymbols" if isymbols is not None else "osymbols",
+                )
+            )
         else:
-            numbers += [_label(fields[2], isymbols, line_number, line, fn, "isymbols"),
-                        _label(fields[3], osymbols, line_number, line, fn, "osymbols")]
+            numbers += [
+                _label(fields[2], isymbols, line_number, line, fn, "isymbols"),
+                _label(fields[3], osymbols, line_number, line, fn, "osymbols"),
+            ]
         if min(numbers) < 0:
             raise ValueError(f"{fn}: line {line_number}: negative state or label in {line!r}")
-        cost = (_number(fields[2 + arity], line_number, line, fn, integer=False)
-                if len(fields) == 3 + arity else 0.0)
+        cost = (
+            _number(fields[2 + arity], line_number, line, fn, integer=False)
+            if len(fields) == 3 + arity
+            else 0.0
+        )
         if cost == -math.inf:
             raise ValueError(f"{fn}: line {line_number}: cost -inf (score +inf) in {line!r}")
         if arity == 1:
@@ -151,8 +180,7 @@ def parse_openfst(text: str, *, acceptor: bool | None, dtype: np.dtype,
     arcs = np.asarray(rows, dtype=np.float64).reshape(-1, 5)
     if arity != 2:
         arcs = arcs[:, [0, 1, 2, 4]]
-    return build.arcs_from_rows(arcs, finals, num_states=None, start=start or 0,
-                                dtype=dtype, fn=fn)
+    return build.arcs_from_rows(arcs, finals, num_states=None, start=start or 0, dtype=dtype, fn=fn)
 
 
 def _number_text(value: float) -> str:
@@ -168,27 +196,34 @@ def _start_first(arrays: build.ArcArrays) -> np.ndarray:
     return np.argsort(arrays.src != 0, kind="stable")
 
 
-def _label_texts(labels: np.ndarray, table: SymbolTable | None, fn: str, field: str,
-                 table_name: str) -> list[str]:
+def _label_texts(
+    labels: np.ndarray, table: SymbolTable | None, fn: str, field: str, table_name: str
+) -> list[str]:
     """Each label as text: its number, or with a table its symbol."""
     if table is None:
         return [str(int(label)) for label in labels]
     for a, label in enumerate(labels):
         if int(label) not in table:
-            raise ValueError(f"{fn}: arc {a} has {field}={int(label)}, which {table_name} "
-                             f"does not hold")
+            raise ValueError(
+                f"{fn}: arc {a} has {field}={int(label)}, which {table_name} does not hold"
+            )
     return [str(table.find(int(label))) for label in labels]
 
 
-def format_openfst(arrays: build.ArcArrays, *, isymbols: SymbolTable | None = None,
-                   osymbols: SymbolTable | None = None) -> str:
+def format_openfst(
+    arrays: build.ArcArrays,
+    *,
+    isymbols: SymbolTable | None = None,
+    osymbols: SymbolTable | None = None,
+) -> str:
     """AT&T text of an unpadded FSA (scores negated to costs), with labels
     written as symbols of `isymbols` / `osymbols` where given."""
     fn = "to_openfst"
     itable, otable = label_tables(arrays.is_acceptor, isymbols, osymbols, fn)
     if arrays.is_acceptor:
-        ilabels = _label_texts(arrays.ilabel, itable, fn, "label",
-                               "isymbols" if isymbols is not None else "osymbols")
+        ilabels = _label_texts(
+            arrays.ilabel, itable, fn, "label", "isymbols" if isymbols is not None else "osymbols"
+        )
         olabels = ilabels
     else:
         ilabels = _label_texts(arrays.ilabel, itable, fn, "ilabel", "isymbols")
@@ -197,8 +232,7 @@ def format_openfst(arrays: build.ArcArrays, *, isymbols: SymbolTable | None = No
     for a in _start_first(arrays):
         labels = [ilabels[a]] if arrays.is_acceptor else [ilabels[a], olabels[a]]
         states = [str(int(arrays.src[a])), str(int(arrays.dst[a]))]
-        cost = ("Infinity" if arrays.weight[a] == -math.inf
-                else _number_text(0.0 - arrays.weight[a]))
+        cost = "Infinity" if arrays.weight[a] == -math.inf else _number_text(0.0 - arrays.weight[a])
         lines.append("\t".join(states + labels + [cost]))
     finals = np.flatnonzero(arrays.final_weight > -math.inf)
     final_lines = [f"{int(s)}\t{_number_text(0.0 - arrays.final_weight[s])}" for s in finals]
@@ -227,22 +261,26 @@ def parse_k2(text: str, *, dtype: np.dtype) -> build.ArcArrays:
         if len(fields) not in (4, 5) or (arity is not None and len(fields) - 3 != arity):
             raise ValueError(
                 f"{fn}: line {line_number}: expected 'src dst label score' or "
-                f"'src dst ilabel olabel score' (all lines alike), got {line!r}")
+                f"'src dst ilabel olabel score' (all lines alike), got {line!r}"
+            )
         arity = len(fields) - 3
-        src, dst, *labels = [int(_number(f, line_number, line, fn, integer=True))
-                             for f in fields[:2 + arity]]
+        src, dst, *labels = [
+            int(_number(f, line_number, line, fn, integer=True)) for f in fields[: 2 + arity]
+        ]
         score = _number(fields[-1], line_number, line, fn, integer=False)
         if src == final_state:
             raise ValueError(f"{fn}: line {line_number}: an arc leaves the final state: {line!r}")
         if (labels[0] == -1) != (dst == final_state):
             raise ValueError(
                 f"{fn}: line {line_number}: arcs into the final state {final_state} must "
-                f"have label -1 and only they may, got {line!r}")
+                f"have label -1 and only they may, got {line!r}"
+            )
         if dst == final_state:
             if src in finals:
                 raise ValueError(
                     f"{fn}: line {line_number}: state {src} has a second final arc; "
-                    f"its final weight would depend on the semiring")
+                    f"its final weight would depend on the semiring"
+                )
             finals[src] = score
             continue
         if min([src, dst, *labels]) < 0:
@@ -250,11 +288,13 @@ def parse_k2(text: str, *, dtype: np.dtype) -> build.ArcArrays:
         if max(src, dst) > final_state:
             raise ValueError(
                 f"{fn}: line {line_number}: state {max(src, dst)} is above the final "
-                f"state {final_state}; k2's final state is the highest-numbered one")
+                f"state {final_state}; k2's final state is the highest-numbered one"
+            )
         rows.append([src, dst, *labels, score])
     arcs = np.asarray(rows, dtype=np.float64).reshape(-1, 3 + (arity or 1))
-    return build.arcs_from_rows(arcs, finals, num_states=max(final_state, 1), start=0,
-                                dtype=dtype, fn=fn)
+    return build.arcs_from_rows(
+        arcs, finals, num_states=max(final_state, 1), start=0, dtype=dtype, fn=fn
+    )
 
 
 def format_k2(arrays: build.ArcArrays) -> str:
@@ -262,13 +302,13 @@ def format_k2(arrays: build.ArcArrays) -> str:
     final_state = arrays.num_states
     lines = []
     for a in range(arrays.src.shape[0]):
-        labels = ([arrays.ilabel[a]] if arrays.is_acceptor
-                  else [arrays.ilabel[a], arrays.olabel[a]])
+        labels = [arrays.ilabel[a]] if arrays.is_acceptor else [arrays.ilabel[a], arrays.olabel[a]]
         ints = " ".join(str(int(f)) for f in [arrays.src[a], arrays.dst[a], *labels])
         lines.append(f"{ints} {_number_text(arrays.weight[a])}")
     final_labels = "-1" if arrays.is_acceptor else "-1 -1"
     for state in np.flatnonzero(arrays.final_weight > -math.inf):
-        lines.append(f"{int(state)} {final_state} {final_labels} "
-                     f"{_number_text(arrays.final_weight[state])}")
+        lines.append(
+            f"{int(state)} {final_state} {final_labels} {_number_text(arrays.final_weight[state])}"
+        )
     lines.append(str(final_state))
     return "".join(line + "\n" for line in lines)

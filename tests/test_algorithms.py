@@ -278,6 +278,14 @@ def test_compose_gradients_and_kinds():
     )
     with pytest.raises(ValueError, match="operand 0 is a transducer"):
         sj.intersect(a, sj.linear_fsa([1], dtype=np.float64))
+    # Kinds follow OpenFst: acceptor o acceptor is an acceptor (equal labels
+    # on every arc), any transducer operand makes a transducer.
+    word = sj.linear_fsa([2, 0, 2], dtype=np.float64)
+    both = sj.compose(word, sj.closure(sj.linear_fsa([2], dtype=np.float64)))
+    assert both.is_acceptor
+    np.testing.assert_array_equal(both.ilabel, both.olabel)
+    assert not sj.compose(word, b).is_acceptor
+    assert not sj.compose(a, word).is_acceptor
 
 
 @SETTINGS

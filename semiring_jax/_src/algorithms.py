@@ -389,7 +389,8 @@ def compose(a: Fsa, b: Fsa) -> Fsa:
       a, b: Fsas (acceptors or transducers, cyclic allowed) of one dtype,
         both unbatched or batched alike.
     Returns:
-      A transducer: input labels of `a`, output labels of `b`.
+      A transducer with the input labels of `a` and the output labels of
+      `b`; an acceptor when both operands are acceptors.
     Raises:
       ValueError: for dtypes or batch shapes that differ.
     Examples:
@@ -400,7 +401,14 @@ def compose(a: Fsa, b: Fsa) -> Fsa:
       >>> print(c.ilabel, c.olabel, c.weight)
       [1] [3] [0.75]
     """
-    return _apply("compose", [a, b], lambda parts: host_compose.compose(*parts), same_kind=False)
+
+    def make(parts: Sequence[structure.Parts]) -> structure.Result:
+        result = host_compose.compose(*parts)
+        # Two acceptors compose to an acceptor (as in OpenFst): every arc of
+        # the result pairs equal labels, epsilon moves included.
+        return result._replace(is_acceptor=all(part.is_acceptor for part in parts))
+
+    return _apply("compose", [a, b], make, same_kind=False)
 
 
 def intersect(a: Fsa, b: Fsa) -> Fsa:

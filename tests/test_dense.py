@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from jax.test_util import check_grads
 
 import semiring_jax as sj
+from semiring_jax._src.algorithms import placeholder
 from semiring_jax._src.batch import _widen_arc_tables, _without_schedule, pad_entry
 from tests import oracles
 from tests.strategies import as_rows, dense_graphs
@@ -296,6 +297,11 @@ def test_bad_input_is_named():
         sj.dense_tot_score(graph, emissions[:, :, :2])
     with pytest.raises(ValueError, match="float32 but emissions are float64"):
         sj.dense_tot_score(graph, emissions.astype(jnp.float64))
+    # Internal graphs built without the per-state arc tables are refused.
+    bare = placeholder(2, [0], [1], [2], [2], np.float32, True, dense_tables=False)
+    assert bare.schedule.state_in_arcs.shape == (2, 0)
+    with pytest.raises(ValueError, match="without the per-state arc tables"):
+        sj.dense_tot_score(bare, emissions)
 
 
 def test_wide_graph_matches_brute_force_and_autodiff():

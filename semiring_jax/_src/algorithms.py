@@ -76,9 +76,11 @@ def placeholder(
     olabel: npt.ArrayLike,
     dtype: npt.DTypeLike,
     is_acceptor: bool,
+    dense_tables: bool = True,
 ) -> Fsa:
     """An Fsa of the given structure whose weights are still to be set
-    (arcs 0, final -inf), for `replace(weight=..., final_weight=...)`."""
+    (arcs 0, final -inf), for `replace(weight=..., final_weight=...)`;
+    `dense_tables` as in `fsa.assemble`."""
     as32 = lambda values: np.asarray(values, np.int32)
     src = as32(src)
     return assemble(
@@ -91,7 +93,8 @@ def placeholder(
             np.zeros(len(src), dtype),
             np.full(num_states, -np.inf, dtype),
             is_acceptor,
-        )
+        ),
+        dense_tables=dense_tables,
     )
 
 

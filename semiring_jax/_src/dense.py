@@ -86,6 +86,8 @@ def check_graph(graph: Any, batch: int, num_columns: int, dtype: np.dtype, fn: s
         )
     if graph.dtype != dtype:
         raise ValueError(f"{fn}: graph weights are {graph.dtype} but emissions are {dtype}")
+    if graph.schedule.state_in_arcs.shape[-1] == 0 and graph.num_arcs > 0:
+        raise ValueError(f"{fn}: graph was built without the per-state arc tables dense ops read")
     if checks.is_traced(graph.ilabel) or checks.is_traced(graph.arc_mask):
         return
     labels = np.atleast_2d(np.asarray(graph.ilabel))  # [B or 1, A]

@@ -600,6 +600,7 @@ def _schedule_fields(
     arc_mask: np.ndarray,
     shape: schedule.ScheduleShape | None,
     real_sizes: np.ndarray,
+    dense_tables: bool = True,
 ) -> dict[str, Any]:
     """The `schedule` and `cycle` fields for the given structure."""
     real_src, real_dst = src[arc_mask], dst[arc_mask]
@@ -608,10 +609,14 @@ def _schedule_fields(
         tables = schedule.empty_schedule_arrays(num_states, src.shape[0])
     else:
         tables = schedule.build_schedule_arrays(num_states, src, dst, arc_mask, shape)
-    by_state = dict(
-        state_in_arcs=arc_tables.arcs_by_state(num_states, dst, arc_mask),
-        state_out_arcs=arc_tables.arcs_by_state(num_states, src, arc_mask),
-    )
+    if dense_tables:
+        by_state = dict(
+            state_in_arcs=arc_tables.arcs_by_state(num_states, dst, arc_mask),
+            state_out_arcs=arc_tables.arcs_by_state(num_states, src, arc_mask),
+        )
+    else:
+        empty = np.zeros((num_states, 0), np.int32)
+        by_state = dict(state_in_arcs=empty, state_out_arcs=empty)
     return dict(schedule=Schedule(**tables, real_sizes=real_sizes, **by_state), cycle=cycle)
 
 
@@ -621,6 +626,7 @@ def assemble(
     arc_mask: np.ndarray | None = None,
     shape: schedule.ScheduleShape | None = None,
     real_sizes: tuple[int, int] | None = None,
+    dense_tables: bool = True,
 ) -> Fsa:
     """An Fsa from validated host arrays, with its schedule computed.
 
@@ -629,6 +635,10 @@ def assemble(
       arc_mask: bool [A]; all True by default.
       shape: pad the schedule to at least these sizes (for stacking).
       real_sizes: (states, arcs) before padding; the array sizes by default.
+      dense_tables: False leaves the per-state arc tables of dense
+        intersection empty ([S, 0]), for internal graphs that only the level
+        recursions read: one high-degree state pads those tables to S times
+        its degree (the dense ops refuse such an Fsa).
     """
     num_arcs = arrays.src.shape[0]
     if arc_mask is None:
@@ -636,7 +646,13 @@ def assemble(
     if real_sizes is None:
         real_sizes = (arrays.num_states, num_arcs)
     structure = _schedule_fields(
-        arrays.num_states, arrays.src, arrays.dst, arc_mask, shape, np.asarray(real_sizes, np.int32)
+        arrays.num_states,
+        arrays.src,
+        arrays.dst,
+        arc_mask,
+        shape,
+        np.asarray(real_sizes, np.int32),
+        dense_tables,
     )
     return Fsa(
         src=arrays.src,

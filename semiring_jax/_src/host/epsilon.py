@@ -57,75 +57,132 @@ class EpsilonRemoval(NamedTuple):
     final_states: np.ndarray
 
 
+def _csr(num_states: int, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Indices grouped by `keys` (stable), and the [S + 1] group offsets."""
+    order = np.argsort(keys, kind="stable")
+    offsets = np.zeros(num_states + 1, np.int64)
+    np.cumsum(np.bincount(keys, minlength=num_states), out=offsets[1:])
+    return order, offsets
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The concatenated index ranges [start, start + count), in order."""
+    total = int(counts.sum())
+    return np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(total)
+
+
+class _Pairs(NamedTuple):
+    """The epsilon closure as pairs, and the pair graph's arcs."""
+
+    p: np.ndarray  # int64 [P]; pairs (p, q) grouped by q, in eps-level order
+    q: np.ndarray  # int64 [P]
+    arc_from: np.ndarray  # int64 [P']: pair index of (p, q) for each (pair, eps arc) step
+    arc_to: np.ndarray  # int64 [P']: pair index of (p, r)
+    arc: np.ndarray  # int64 [P']: the epsilon arc q -> r
+
+
+def _closure_pairs(
+    num_states: int,
+    eps_src: np.ndarray,
+    eps_dst: np.ndarray,
+    eps_arc: np.ndarray,
+    eps_level: np.ndarray,
+) -> _Pairs:
+    """Every pair (p, q) with q reachable from p by epsilon arcs.
+
+    States are taken one epsilon level at a time (the longest epsilon path
+    into them), so when a state r is reached, every pair (p, q) of every q
+    with an epsilon arc into r is already known: the pairs (., r) are those
+    pairs' p, plus r itself, made in one vectorised step per level. Each
+    level's pairs are stored grouped by their q, so a q's p's are one
+    contiguous range (`start[q]`, `count[q]`).
+    """
+    start = np.zeros(num_states, np.int64)
+    count = np.zeros(num_states, np.int64)
+    arcs_by_level, level_offsets = _csr(int(eps_level.max(initial=0)) + 1, eps_level[eps_dst])
+    states_by_level, state_offsets = _csr(int(eps_level.max(initial=0)) + 1, eps_level)
+    pair_p: list[np.ndarray] = []
+    pair_q: list[np.ndarray] = []
+    steps_from: list[np.ndarray] = []
+    steps_to: list[np.ndarray] = []
+    steps_arc: list[np.ndarray] = []
+    total = 0
+    for level in range(level_offsets.size - 1):
+        arcs = arcs_by_level[level_offsets[level] : level_offsets[level + 1]]
+        states = states_by_level[state_offsets[level] : state_offsets[level + 1]]
+        # One step per (pair (p, q), epsilon arc q -> r): pair index, p, r.
+        q = eps_src[arcs]
+        step_from = _ranges(start[q], count[q])
+        step_arc = np.repeat(arcs, count[q])
+        step_p = np.concatenate(pair_p)[step_from] if step_from.size else step_from
+        step_r = eps_dst[step_arc]
+        # The new pairs (p, r), r at this level: those steps' and (r, r).
+        keys = np.concatenate([step_r * num_states + step_p, states * num_states + states])
+        unique, inverse = np.unique(keys, return_inverse=True)
+        new_q, new_p = np.divmod(unique, num_states)
+        first = np.searchsorted(new_q, states)
+        start[states] = total + first
+        count[states] = np.searchsorted(new_q, states, side="right") - first
+        steps_from.append(step_from)
+        steps_to.append(total + inverse[: step_from.size])
+        steps_arc.append(eps_arc[step_arc])
+        pair_p.append(new_p)
+        pair_q.append(new_q)
+        total += unique.size
+    return _Pairs(
+        np.concatenate(pair_p),
+        np.concatenate(pair_q),
+        np.concatenate(steps_from),
+        np.concatenate(steps_to),
+        np.concatenate(steps_arc),
+    )
+
+
 def epsilon_removal(parts: Parts) -> tuple[EpsilonRemoval | None, tuple[int, ...]]:
     """The tables, or (None, cycle) if the epsilon arcs form a cycle."""
+    num_states = parts.num_states
     is_epsilon = (parts.ilabel == 0) & (parts.olabel == 0)
     eps = np.flatnonzero(is_epsilon)
-    cycle = levels_lib.find_cycle(parts.num_states, parts.src[eps], parts.dst[eps])
-    if cycle:
-        return None, cycle
-    eps_out: list[list[int]] = [[] for _ in range(parts.num_states)]
-    for arc in eps.tolist():
-        eps_out[int(parts.src[arc])].append(arc)
-    # Pairs (p, q), discovered from each p along epsilon arcs; the pair
-    # graph gets one arc per (pair, epsilon arc) step.
-    pair_index: dict[tuple[int, int], int] = {}
-    pair_src: list[int] = []
-    pair_dst: list[int] = []
-    pair_arc: list[int] = []
-    for p in range(parts.num_states):
-        pair_index[(p, p)] = len(pair_index)
-        pair_src.append(0)
-        pair_dst.append(pair_index[(p, p)] + 1)
-        pair_arc.append(-1)
-        stack, seen = [p], {p}
-        while stack:
-            q = stack.pop()
-            for arc in eps_out[q]:
-                r = int(parts.dst[arc])
-                if (p, r) not in pair_index:
-                    pair_index[(p, r)] = len(pair_index)
-                pair_src.append(pair_index[(p, q)] + 1)
-                pair_dst.append(pair_index[(p, r)] + 1)
-                pair_arc.append(arc)
-                if r not in seen:
-                    seen.add(r)
-                    stack.append(r)
-    num_pairs = len(pair_index)
-    pairs = np.array(list(pair_index.keys()), np.int64).reshape(-1, 2)  # [P, 2] (p, q)
-    # Result arcs: every non-epsilon arc q -> r, once per pair (p, q).
+    eps_src, eps_dst = parts.src[eps].astype(np.int64), parts.dst[eps].astype(np.int64)
+    eps_level = levels_lib.longest_path_levels(num_states, eps_src, eps_dst)
+    if eps_level is None:
+        return None, levels_lib.find_cycle(num_states, eps_src, eps_dst)
+    pairs = _closure_pairs(num_states, eps_src, eps_dst, eps, eps_level)
+    num_pairs = pairs.p.size
+    # The pair graph: state 0 is its start, pair i is state i + 1; the start
+    # has an arc of weight one into each (p, p).
+    diagonal = np.flatnonzero(pairs.p == pairs.q)
+    pair_src = np.concatenate([np.zeros(diagonal.size, np.int64), pairs.arc_from + 1])
+    pair_dst = np.concatenate([diagonal + 1, pairs.arc_to + 1])
+    pair_arc = np.concatenate([np.full(diagonal.size, -1, np.int64), pairs.arc])
+    # Result arcs: every non-epsilon arc q -> r, once per pair (p, q),
+    # ordered by p, then pair, then arc.
     real = np.flatnonzero(~is_epsilon)
-    by_src: list[list[int]] = [[] for _ in range(parts.num_states)]
-    for arc in real.tolist():
-        by_src[int(parts.src[arc])].append(arc)
-    pair_of_arc: list[int] = []
-    input_of_arc: list[int] = []
-    for index, (_, q) in enumerate(pairs.tolist()):
-        for arc in by_src[q]:
-            pair_of_arc.append(index)
-            input_of_arc.append(arc)
-    arc_pair = np.array(pair_of_arc, np.int64)
-    arc_input = np.array(input_of_arc, np.int64)
+    real_order, real_offsets = _csr(num_states, parts.src[real])
+    real_count = real_offsets[1:] - real_offsets[:-1]
+    arc_pair = np.repeat(np.arange(num_pairs), real_count[pairs.q])
+    arc_input = real[real_order[_ranges(real_offsets[pairs.q], real_count[pairs.q])]]
+    by_p = np.argsort(pairs.p[arc_pair], kind="stable")
+    arc_pair, arc_input = arc_pair[by_p], arc_input[by_p]
     # Final weights: ⊕ over the pairs (p, q) with q final.
-    final = parts.is_final[pairs[:, 1]]
-    owners = pairs[final, 0]
-    counts = np.bincount(owners, minlength=parts.num_states)
+    final = np.flatnonzero(parts.is_final[pairs.q])
+    owners = pairs.p[final]
+    counts = np.bincount(owners, minlength=num_states)
     width = max(int(counts.max(initial=0)), 1)
-    final_pairs = np.full((parts.num_states, width), num_pairs, np.int64)
-    final_states = np.zeros((parts.num_states, width), np.int64)
+    final_pairs = np.full((num_states, width), num_pairs, np.int64)
+    final_states = np.zeros((num_states, width), np.int64)
     order = np.argsort(owners, kind="stable")
     rank = np.arange(order.size) - (np.cumsum(counts) - counts)[owners[order]]
-    final_pairs[owners[order], rank] = np.flatnonzero(final)[order]
-    final_states[owners[order], rank] = pairs[final, 1][order]
-    src = pairs[arc_pair, 0] if arc_pair.size else np.zeros(0, np.int64)
+    final_pairs[owners[order], rank] = final[order]
+    final_states[owners[order], rank] = pairs.q[final][order]
     tables = EpsilonRemoval(
-        np.array(pair_src),
-        np.array(pair_dst),
-        np.array(pair_arc),
+        pair_src,
+        pair_dst,
+        pair_arc,
         num_pairs,
         arc_pair,
         arc_input,
-        src,
+        pairs.p[arc_pair],
         parts.dst[arc_input],
         parts.ilabel[arc_input],
         parts.olabel[arc_input],

@@ -54,9 +54,8 @@ def longest_path_levels(num_states: int, src: np.ndarray, dst: np.ndarray) -> np
     level = 0
     while frontier.size:
         levels[frontier] = level
-        targets = out_dst[_rows(frontier, offsets)]
-        np.subtract.at(in_degree, targets, 1)
-        targets = np.unique(targets)
+        targets, counts = np.unique(out_dst[_rows(frontier, offsets)], return_counts=True)
+        in_degree[targets] -= counts
         frontier = targets[in_degree[targets] == 0]
         level += 1
     return None if (levels < 0).any() else levels
@@ -117,6 +116,10 @@ def balanced_levels(
     below = np.cumsum(counts_latest) / np.arange(1, num_levels + 1)
     above = np.cumsum(counts_earliest[::-1])[::-1] / np.arange(num_levels, 0, -1)
     bound = math.ceil(max(below.max(), above.max()))
+    if counts_earliest.max() <= bound:
+        # The longest-path levels already reach the bound (a chain, say):
+        # nothing can be narrower, so skip the list-scheduling passes.
+        return np.where(placed, earliest, -1)
     # The greedy pass with cap `bound` can leave slack states behind until
     # they all fall due together; a slightly higher cap can end narrower.
     best: tuple[int, np.ndarray] | None = None

@@ -63,10 +63,9 @@ def remove_epsilon(fsa: Fsa, semiring: Semiring = LOG) -> Fsa:
     # Epsilon-closure weights d(p, q): forward scores of the pair graph.
     pair_weight = jnp.append(weight, jnp.asarray(semiring.one, dtype))[tables.pair_arc]
     zeros = np.zeros(len(tables.pair_src), np.int64)
-    # The super-start (pair 0) has an arc into every (p, p): dense tables
-    # would be S wide for every pair, and only the level scan reads this graph.
+    # Only the level scan reads this graph: no dense per-state arc tables.
     pair_graph = placeholder(
-        tables.num_pairs + 1,
+        tables.num_tree + tables.num_pairs,
         tables.pair_src,
         tables.pair_dst,
         zeros,
@@ -75,7 +74,7 @@ def remove_epsilon(fsa: Fsa, semiring: Semiring = LOG) -> Fsa:
         True,
         dense_tables=False,
     ).replace(weight=pair_weight)
-    closure = forward_scores(pair_graph, semiring)[1:]  # [P]
+    closure = forward_scores(pair_graph, semiring)[tables.num_tree :]  # [P]
     closure = jnp.append(closure, jnp.asarray(semiring.zero, dtype))  # pair P: none
     arc_weight = semiring.times(closure[tables.arc_pair], weight[tables.arc_input])
     final_weight = semiring.sum(

@@ -604,11 +604,14 @@ def _schedule_fields(
 ) -> dict[str, Any]:
     """The `schedule` and `cycle` fields for the given structure."""
     real_src, real_dst = src[arc_mask], dst[arc_mask]
-    cycle = levels.find_cycle(num_states, real_src, real_dst)
-    if cycle:
+    # The longest paths both prove the FSA acyclic and seed its levels.
+    lengths = levels.path_lengths(num_states, real_src, real_dst)
+    if lengths is None:
+        cycle = levels.find_cycle(num_states, real_src, real_dst)
         tables = schedule.empty_schedule_arrays(num_states, src.shape[0])
     else:
-        tables = schedule.build_schedule_arrays(num_states, src, dst, arc_mask, shape)
+        cycle = ()
+        tables = schedule.build_schedule_arrays(num_states, src, dst, arc_mask, shape, lengths)
     if dense_tables:
         by_state = dict(
             state_in_arcs=arc_tables.arcs_by_state(num_states, dst, arc_mask),

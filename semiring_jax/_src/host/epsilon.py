@@ -7,7 +7,7 @@ keeps the states; each non-epsilon arc q -> r gives an arc p -> r for every
 p with q in R(p), weighted d(p, q) ⊗ w; final(p) = ⊕_q d(p, q) ⊗ final(q).
 
 The weights d(p, q) are computed in JAX as the forward scores of a *pair
-graph*: a start state with an arc (weight one) into each pair (p, p), and
+graph*: a start state whose arcs (weight one) reach each pair (p, p), and
 for each pair (p, q') and epsilon arc q' -> q an arc into pair (p, q) with
 that arc's weight. Its structure, and everything else here, is worked out
 once on the host. The epsilon subgraph must be acyclic (else d would need
@@ -30,11 +30,13 @@ class EpsilonRemoval(NamedTuple):
     """Host tables for one FSA's epsilon removal.
 
     Attributes:
-      pair_src, pair_dst: int [P'], arcs of the pair graph (state 0 is its
-        start, pair i is state i + 1).
+      pair_src, pair_dst: int [P'], arcs of the pair graph: states 0 to
+        N - 1 are a tree of weight-one arcs from its start (state 0) to the
+        pairs (p, p); pair i is state N + i.
       pair_arc: int [P'], the input arc whose weight each pair arc carries,
-        -1 for the start's arcs (weight one).
+        -1 for the tree's arcs (weight one).
       num_pairs: P.
+      num_tree: N.
       arc_pair, arc_input: int [A'], for each result arc the pair (p, q)
         whose weight d it takes and the non-epsilon input arc q -> r.
       src, dst, ilabel, olabel: int [A'], the result arcs.
@@ -47,6 +49,7 @@ class EpsilonRemoval(NamedTuple):
     pair_dst: np.ndarray
     pair_arc: np.ndarray
     num_pairs: int
+    num_tree: int
     arc_pair: np.ndarray
     arc_input: np.ndarray
     src: np.ndarray
@@ -69,6 +72,27 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """The concatenated index ranges [start, start + count), in order."""
     total = int(counts.sum())
     return np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(total)
+
+
+# Fan-out of the tree from the pair graph's start to the pairs (p, p). One
+# start arc per state would make the start a hub whose S arcs pad the level
+# schedule's every row (K slots, or many combine parts).
+_FAN_OUT = 16
+
+
+def _start_tree(num_leaves: int) -> tuple[int, np.ndarray, np.ndarray]:
+    """A tree of at most `_FAN_OUT` children per node from node 0 to
+    `num_leaves` leaves: (N internal nodes, src [E], dst [E]); leaf j is
+    node N + j. Child i of a layer hangs from node i // _FAN_OUT above."""
+    sizes = [num_leaves]
+    while sizes[-1] > _FAN_OUT:
+        sizes.append(-(-sizes[-1] // _FAN_OUT))
+    sizes.append(1)
+    sizes.reverse()  # root, internal layers, leaves
+    first = np.cumsum([0, *sizes])  # first node of each layer
+    src = [first[k - 1] + np.arange(sizes[k]) // _FAN_OUT for k in range(1, len(sizes))]
+    dst = [first[k] + np.arange(sizes[k]) for k in range(1, len(sizes))]
+    return int(first[-2]), np.concatenate(src), np.concatenate(dst)
 
 
 class _Pairs(NamedTuple):
@@ -149,12 +173,15 @@ def epsilon_removal(parts: Parts) -> tuple[EpsilonRemoval | None, tuple[int, ...
         return None, levels_lib.find_cycle(num_states, eps_src, eps_dst)
     pairs = _closure_pairs(num_states, eps_src, eps_dst, eps, eps_level)
     num_pairs = pairs.p.size
-    # The pair graph: state 0 is its start, pair i is state i + 1; the start
-    # has an arc of weight one into each (p, p).
+    # The pair graph: a tree of weight-one arcs from its start (state 0) to
+    # the pairs (p, p); pair i is state num_tree + i.
     diagonal = np.flatnonzero(pairs.p == pairs.q)
-    pair_src = np.concatenate([np.zeros(diagonal.size, np.int64), pairs.arc_from + 1])
-    pair_dst = np.concatenate([diagonal + 1, pairs.arc_to + 1])
-    pair_arc = np.concatenate([np.full(diagonal.size, -1, np.int64), pairs.arc])
+    num_tree, tree_src, tree_dst = _start_tree(diagonal.size)
+    leaf = tree_dst >= num_tree
+    tree_dst[leaf] = num_tree + diagonal[tree_dst[leaf] - num_tree]
+    pair_src = np.concatenate([tree_src, pairs.arc_from + num_tree])
+    pair_dst = np.concatenate([tree_dst, pairs.arc_to + num_tree])
+    pair_arc = np.concatenate([np.full(tree_src.size, -1, np.int64), pairs.arc])
     # Result arcs: every non-epsilon arc q -> r, once per pair (p, q),
     # ordered by p, then pair, then arc.
     real = np.flatnonzero(~is_epsilon)
@@ -180,6 +207,7 @@ def epsilon_removal(parts: Parts) -> tuple[EpsilonRemoval | None, tuple[int, ...
         pair_dst,
         pair_arc,
         num_pairs,
+        num_tree,
         arc_pair,
         arc_input,
         pairs.p[arc_pair],

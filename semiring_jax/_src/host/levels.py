@@ -128,6 +128,8 @@ def balanced_levels(
         width = int(np.bincount(levels[placed]).max())
         if best is None or width < best[0]:
             best = width, levels
+        if width <= bound:  # no assignment is narrower
+            break
     assert best is not None  # the loop runs at least once
     return best[1]
 

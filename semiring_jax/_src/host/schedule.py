@@ -154,7 +154,9 @@ def _cost(shape: ScheduleShape, batch: int) -> float:
 
 
 def _best_shape(
-    fsas: Sequence[tuple[int, np.ndarray, np.ndarray]], round_up: Callable[[int], int] = _identity
+    fsas: Sequence[tuple[int, np.ndarray, np.ndarray]],
+    round_up: Callable[[int], int] = _identity,
+    known: Sequence[levels_lib.PathLengths] | None = None,
 ) -> tuple[ScheduleShape, list[_Structure]] | None:
     """The cheapest common shape and the structures it was computed from.
 
@@ -164,7 +166,7 @@ def _best_shape(
     work (`_cost`) drops. Every structure is computed at the
     shape's number of levels, so `build_schedule_arrays` finds it again.
     """
-    found = [levels_lib.path_lengths(*arcs) for arcs in fsas]
+    found = list(known) if known is not None else [levels_lib.path_lengths(*a) for a in fsas]
     lengths = [entry for entry in found if entry is not None]
     if len(lengths) < len(found):  # a cycle
         return None
@@ -275,6 +277,7 @@ def build_schedule_arrays(
     dst: np.ndarray,
     arc_mask: np.ndarray,
     shape: ScheduleShape | None = None,
+    lengths: levels_lib.PathLengths | None = None,
 ) -> dict[str, np.ndarray]:
     """All index tables of an acyclic FSA, padded to `shape`.
 
@@ -283,6 +286,7 @@ def build_schedule_arrays(
       src, dst: int [A] (padded); only arcs with `arc_mask` count.
       arc_mask: bool [A].
       shape: padded sizes (from `common_shape`); natural if None.
+      lengths: `levels.path_lengths` of the real arcs, if already known.
     Returns:
       A dict of int32 arrays, the fields of `Schedule` (see fsa.py).
     """
@@ -290,11 +294,13 @@ def build_schedule_arrays(
     real = np.flatnonzero(arc_mask)
     real_src, real_dst = src[real], dst[real]
     if shape is None:
-        best = _best_shape([(num_states, real_src, real_dst)])
+        known = None if lengths is None else [lengths]
+        best = _best_shape([(num_states, real_src, real_dst)], known=known)
         assert best is not None  # the FSA is acyclic (see Args)
         (shape, (structure,)) = best
     else:
-        lengths = levels_lib.path_lengths(num_states, real_src, real_dst)
+        if lengths is None:
+            lengths = levels_lib.path_lengths(num_states, real_src, real_dst)
         assert lengths is not None  # the FSA is acyclic (see Args)
         structure = _fit(_structure(num_states, real_src, real_dst, lengths, shape.levels), shape)
     num_positions = shape.levels * shape.width

@@ -343,6 +343,30 @@ def test_remove_epsilon_matches_openfst(data):
         )
 
 
+def test_remove_epsilon_of_a_wide_fsa_matches_openfst():
+    # 300 states: the pair graph reaches its 300 (p, p) pairs through a tree
+    # of several layers, and epsilon closures overlap over many levels.
+    rng = np.random.default_rng(7)
+    num_states = 300
+    src = rng.integers(0, num_states - 1, 1200)
+    dst = np.minimum(src + 1 + rng.integers(0, 6, src.size), num_states - 1)
+    labels = np.where(rng.random(src.size) < 0.4, 0, rng.integers(1, 9, src.size))
+    arcs = [
+        (int(s), int(d), int(x), int(x), float(w))
+        for s, d, x, w in zip(src, dst, labels, rng.normal(size=src.size))
+    ]
+    arcs += [(i, i + 1, 1, 1, 0.0) for i in range(num_states - 1)]
+    data = (num_states, arcs, {num_states - 1: 0.0, num_states // 2: -1.0})
+    fsa = build(data)
+    for arc_type, semiring in (("log", sj.LOG), ("tropical", sj.TROPICAL)):
+        result = sj.remove_epsilon(fsa, semiring)
+        assert not np.any((np.asarray(result.ilabel) == 0) & (np.asarray(result.olabel) == 0))
+        theirs = pynini.rmepsilon(pynini_of(data, arc_type))
+        np.testing.assert_allclose(
+            ours_total(result, arc_type), openfst_total(theirs, arc_type), rtol=1e-6
+        )
+
+
 def test_remove_epsilon_gradients_batches_and_cycles():
     a = build(
         (

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from semiring_jax._src.host.sorting import stable_argsort
+
 __all__ = ["arcs_by_state"]
 
 
@@ -36,7 +38,7 @@ def arcs_by_state(
     """
     num_arcs = key.shape[0]
     real = np.flatnonzero(arc_mask)
-    order = real[np.argsort(key[real], kind="stable")]
+    order = real[stable_argsort(key[real])]
     counts = np.bincount(key[order], minlength=num_states)
     starts = np.cumsum(counts) - counts
     rank = np.arange(order.size) - starts[key[order]]

@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from semiring_jax._src.host import levels as levels_lib
+from semiring_jax._src.host.sorting import stable_argsort
 from semiring_jax._src.host.structure import Parts
 
 __all__ = ["EpsilonRemoval", "epsilon_removal"]
@@ -62,7 +63,7 @@ class EpsilonRemoval(NamedTuple):
 
 def _csr(num_states: int, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Indices grouped by `keys` (stable), and the [S + 1] group offsets."""
-    order = np.argsort(keys, kind="stable")
+    order = stable_argsort(keys)
     offsets = np.zeros(num_states + 1, np.int64)
     np.cumsum(np.bincount(keys, minlength=num_states), out=offsets[1:])
     return order, offsets
@@ -189,7 +190,7 @@ def epsilon_removal(parts: Parts) -> tuple[EpsilonRemoval | None, tuple[int, ...
     real_count = real_offsets[1:] - real_offsets[:-1]
     arc_pair = np.repeat(np.arange(num_pairs), real_count[pairs.q])
     arc_input = real[real_order[_ranges(real_offsets[pairs.q], real_count[pairs.q])]]
-    by_p = np.argsort(pairs.p[arc_pair], kind="stable")
+    by_p = stable_argsort(pairs.p[arc_pair])
     arc_pair, arc_input = arc_pair[by_p], arc_input[by_p]
     # Final weights: ⊕ over the pairs (p, q) with q final.
     final = np.flatnonzero(parts.is_final[pairs.q])

@@ -12,6 +12,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from semiring_jax._src.host.sorting import stable_argsort
+
 __all__ = [
     "PathLengths",
     "balanced_levels",
@@ -23,7 +25,7 @@ __all__ = [
 
 def _csr(num_states: int, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Arc indices grouped by `keys` (stable), and the [S + 1] row offsets."""
-    order = np.argsort(keys, kind="stable")
+    order = stable_argsort(keys)
     offsets = np.zeros(num_states + 1, dtype=np.int64)
     np.cumsum(np.bincount(keys, minlength=num_states), out=offsets[1:])
     return order, offsets
@@ -54,9 +56,14 @@ def longest_path_levels(num_states: int, src: np.ndarray, dst: np.ndarray) -> np
     level = 0
     while frontier.size:
         levels[frontier] = level
-        targets, counts = np.unique(out_dst[_rows(frontier, offsets)], return_counts=True)
-        in_degree[targets] -= counts
-        frontier = targets[in_degree[targets] == 0]
+        if frontier.size == 1:  # deep, narrow FSAs: skip the row arithmetic
+            targets = out_dst[offsets[frontier[0]] : offsets[frontier[0] + 1]]
+        else:
+            targets = out_dst[_rows(frontier, offsets)]
+        np.subtract.at(in_degree, targets, 1)
+        # A target reached by several arcs of this step is ready once.
+        ready = targets[in_degree[targets] == 0]
+        frontier = np.unique(ready) if ready.size > 1 else ready
         level += 1
     return None if (levels < 0).any() else levels
 

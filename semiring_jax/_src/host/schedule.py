@@ -29,6 +29,7 @@ from typing import NamedTuple
 import numpy as np
 
 from semiring_jax._src.host import levels as levels_lib
+from semiring_jax._src.host.sorting import stable_argsort
 
 __all__ = [
     "ScheduleShape",
@@ -220,12 +221,22 @@ def _fit(structure: _Structure, shape: ScheduleShape) -> _Structure:
     return structure
 
 
+def _rank_in_run(sorted_keys: np.ndarray) -> np.ndarray:
+    """Each entry's rank within its run of equal keys (keys sorted), in
+    linear time (a searchsorted of the keys into themselves is n log n)."""
+    size = sorted_keys.size
+    new_run = np.ones(size, dtype=bool)
+    np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=new_run[1:])
+    index = np.arange(size)
+    return index - np.maximum.accumulate(np.where(new_run, index, 0))
+
+
 def _positions(structure: _Structure, width: int, num_positions: int) -> np.ndarray:
     """Flat grid position of each state; `num_positions` where it has none."""
     states = np.flatnonzero(structure.placed)
     order = states[np.argsort(structure.levels[states], kind="stable")]
     sorted_levels = structure.levels[order]
-    rank = np.arange(order.size) - np.searchsorted(sorted_levels, sorted_levels)
+    rank = _rank_in_run(sorted_levels)
     positions = np.full(structure.num_states, num_positions, dtype=np.int64)
     positions[order] = sorted_levels * width + rank
     return positions
@@ -248,9 +259,9 @@ def _pull_tables(
       `entry_slot` [E]: each entry's index in the flattened table.
     """
     levels, width = shape.levels, shape.width
-    order = np.argsort(key_pos, kind="stable")
+    order = stable_argsort(key_pos)
     sorted_pos = key_pos[order]
-    rank_in_state = np.arange(order.size) - np.searchsorted(sorted_pos, sorted_pos)
+    rank_in_state = _rank_in_run(sorted_pos)
     part, slot = rank_in_state // slots, rank_in_state % slots
     level, state_rank = sorted_pos // width, sorted_pos % width
     # Extra rows (part >= 1) are numbered after the W first rows, level by level.
@@ -259,12 +270,13 @@ def _pull_tables(
     extra_index = np.cumsum(starts_row) - 1  # running count of extra rows
     level_start = np.searchsorted(level[starts_row], np.arange(levels))
     row = np.where(is_extra, width + extra_index - level_start[level], state_rank)
-    table = np.full((levels, rows, slots), fill, dtype=np.int64)
+    # int32 throughout: these [L, rows, K] tables can be many times the arcs.
+    table = np.full((levels, rows, slots), fill, dtype=np.int32)
     table[level, row, slot] = order
-    combine = np.full((levels, width, parts), rows, dtype=np.int64)
+    combine = np.full((levels, width, parts), rows, dtype=np.int32)
     combine[level, state_rank, part] = row
     combine[:, :, 0] = np.arange(width)  # every state's first row is its own
-    row_part = np.full((levels, rows), width * parts, dtype=np.int64)
+    row_part = np.full((levels, rows), width * parts, dtype=np.int32)
     row_part[level, row] = state_rank * parts + part
     entry_slot = np.empty(order.size, dtype=np.int64)
     entry_slot[order] = (level * rows + row) * slots + slot
@@ -316,15 +328,16 @@ def build_schedule_arrays(
         shape.in_parts,
         fill=real.size + 1,
     )
-    in_arc = np.concatenate([[num_arcs + 1], real, [num_arcs]])[incoming["table"]]
-    in_src_pos = np.concatenate([[num_positions + 1], state_pos[real_src], [num_positions]])[
+    as32 = lambda values: np.asarray(values, np.int32)
+    in_arc = as32(np.concatenate([[num_arcs + 1], real, [num_arcs]]))[incoming["table"]]
+    in_src_pos = as32(np.concatenate([[num_positions + 1], state_pos[real_src], [num_positions]]))[
         incoming["table"]
     ]
     outgoing = _pull_tables(
         state_pos[real_src], shape, shape.out_rows, shape.max_out, shape.out_parts, fill=real.size
     )
-    out_arc = np.append(real, num_arcs)[outgoing["table"]]
-    out_dst_pos = np.append(state_pos[real_dst], num_positions)[outgoing["table"]]
+    out_arc = as32(np.append(real, num_arcs))[outgoing["table"]]
+    out_dst_pos = as32(np.append(state_pos[real_dst], num_positions))[outgoing["table"]]
     arc_src_pos = np.full(num_arcs, num_positions, dtype=np.int64)
     arc_dst_pos = np.full(num_arcs, num_positions, dtype=np.int64)
     arc_src_pos[real] = state_pos[real_src]
@@ -347,7 +360,7 @@ def build_schedule_arrays(
         arc_dst_pos=arc_dst_pos,
         arc_grad_index=arc_grad_index,
     )
-    return {name: value.astype(np.int32) for name, value in tables.items()}
+    return {name: np.asarray(value, np.int32) for name, value in tables.items()}
 
 
 def empty_schedule_arrays(num_states: int, num_arcs: int) -> dict[str, np.ndarray]:

@@ -79,7 +79,7 @@ def draw(results: dict[str, Any], path: pathlib.Path = PICTURE) -> None:
             axes.text(highest * 1.1, position, f"{ratio:.2g}× faster", va="center", fontsize=8)
         else:
             slower = (
-                f"{1 / highest:.2g}–{1 / lowest:.2g}" if highest > lowest else f"{1 / ratio:.2g}"
+                f"{1 / highest:.3g}–{1 / lowest:.3g}" if highest > lowest else f"{1 / ratio:.2g}"
             )
             axes.text(
                 lowest / 1.1, position, f"{slower}× slower", va="center", ha="right", fontsize=8

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import semiring_jax as sj
+from semiring_jax._src.algorithms import placeholder
 from semiring_jax._src.host import schedule
 
 
@@ -56,6 +57,36 @@ def test_tables_list_incoming_arcs_in_index_order():
     # A state without any arc (other than the start) needs no grid position.
     isolated = schedule.build_schedule_arrays(4, src, dst, np.ones(4, bool))
     assert isolated["state_pos"][3] == levels * width
+
+
+def test_given_levels_are_used_as_they_are():
+    # A 4-state diamond at levels the caller chose (state 2 one level late):
+    # the tables follow them, and scores match the usual schedule.
+    src, dst = np.array([0, 0, 1, 2]), np.array([1, 2, 3, 3])
+    mask = np.ones(4, dtype=bool)
+    tables = schedule.build_schedule_arrays(4, src, dst, mask, levels=np.array([0, 1, 2, 3]))
+    assert tables["pos_state"].shape == (4, 1)
+    np.testing.assert_array_equal(tables["pos_state"][:, 0], [0, 1, 2, 3])
+    with pytest.raises(ValueError, match="does not go up the given levels"):
+        schedule.build_schedule_arrays(4, src, dst, mask, levels=np.array([0, 2, 1, 1]))
+    given = placeholder(
+        4,
+        src,
+        dst,
+        [1, 2, 3, 4],
+        [1, 2, 3, 4],
+        np.float64,
+        True,
+        known_levels=np.array([0, 1, 2, 3]),
+    )
+    usual = placeholder(4, src, dst, [1, 2, 3, 4], [1, 2, 3, 4], np.float64, True)
+    weight = np.array([0.5, -1.0, 0.25, 2.0])
+    final = np.array([-np.inf, -np.inf, -np.inf, 0.0])
+    for semiring in (sj.LOG, sj.TROPICAL):
+        np.testing.assert_allclose(
+            sj.tot_score(given.replace(weight=weight, final_weight=final), semiring),
+            sj.tot_score(usual.replace(weight=weight, final_weight=final), semiring),
+        )
 
 
 def test_host_modules_do_not_import_jax():

@@ -77,10 +77,11 @@ def placeholder(
     dtype: npt.DTypeLike,
     is_acceptor: bool,
     dense_tables: bool = True,
+    known_levels: np.ndarray | None = None,
 ) -> Fsa:
     """An Fsa of the given structure whose weights are still to be set
     (arcs 0, final -inf), for `replace(weight=..., final_weight=...)`;
-    `dense_tables` as in `fsa.assemble`."""
+    `dense_tables` and `known_levels` as in `fsa.assemble`."""
     as32 = lambda values: np.asarray(values, np.int32)
     src = as32(src)
     return assemble(
@@ -95,6 +96,7 @@ def placeholder(
             is_acceptor,
         ),
         dense_tables=dense_tables,
+        known_levels=known_levels,
     )
 
 

@@ -73,6 +73,7 @@ def remove_epsilon(fsa: Fsa, semiring: Semiring = LOG) -> Fsa:
         dtype,
         True,
         dense_tables=False,
+        known_levels=tables.pair_level,
     ).replace(weight=pair_weight)
     closure = forward_scores(pair_graph, semiring)[tables.num_tree :]  # [P]
     closure = jnp.append(closure, jnp.asarray(semiring.zero, dtype))  # pair P: none

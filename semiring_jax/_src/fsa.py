@@ -601,9 +601,15 @@ def _schedule_fields(
     shape: schedule.ScheduleShape | None,
     real_sizes: np.ndarray,
     dense_tables: bool = True,
+    known_levels: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """The `schedule` and `cycle` fields for the given structure."""
     real_src, real_dst = src[arc_mask], dst[arc_mask]
+    if known_levels is not None:  # levels that go up every arc: acyclic
+        tables = schedule.build_schedule_arrays(
+            num_states, src, dst, arc_mask, shape, levels=known_levels
+        )
+        return _with_arc_tables(num_states, src, dst, arc_mask, tables, real_sizes, dense_tables)
     # The longest paths both prove the FSA acyclic and seed its levels.
     lengths = levels.path_lengths(num_states, real_src, real_dst)
     if lengths is None:
@@ -612,6 +618,21 @@ def _schedule_fields(
     else:
         cycle = ()
         tables = schedule.build_schedule_arrays(num_states, src, dst, arc_mask, shape, lengths)
+    fields = _with_arc_tables(num_states, src, dst, arc_mask, tables, real_sizes, dense_tables)
+    return dict(fields, cycle=cycle)
+
+
+def _with_arc_tables(
+    num_states: int,
+    src: np.ndarray,
+    dst: np.ndarray,
+    arc_mask: np.ndarray,
+    tables: dict[str, np.ndarray],
+    real_sizes: np.ndarray,
+    dense_tables: bool,
+) -> dict[str, Any]:
+    """The `schedule` field (level tables plus, if asked, dense ones) and
+    an empty `cycle`."""
     if dense_tables:
         by_state = dict(
             state_in_arcs=arc_tables.arcs_by_state(num_states, dst, arc_mask),
@@ -620,7 +641,7 @@ def _schedule_fields(
     else:
         empty = np.zeros((num_states, 0), np.int32)
         by_state = dict(state_in_arcs=empty, state_out_arcs=empty)
-    return dict(schedule=Schedule(**tables, real_sizes=real_sizes, **by_state), cycle=cycle)
+    return dict(schedule=Schedule(**tables, real_sizes=real_sizes, **by_state), cycle=())
 
 
 def assemble(
@@ -630,6 +651,7 @@ def assemble(
     shape: schedule.ScheduleShape | None = None,
     real_sizes: tuple[int, int] | None = None,
     dense_tables: bool = True,
+    known_levels: np.ndarray | None = None,
 ) -> Fsa:
     """An Fsa from validated host arrays, with its schedule computed.
 
@@ -642,6 +664,9 @@ def assemble(
         intersection empty ([S, 0]), for internal graphs that only the level
         recursions read: one high-degree state pads those tables to S times
         its degree (the dense ops refuse such an Fsa).
+      known_levels: int [S], levels that every arc goes up, for internal
+        graphs whose builder knows them (no longest-path or balancing
+        passes; a ValueError if an arc does not go up).
     """
     num_arcs = arrays.src.shape[0]
     if arc_mask is None:
@@ -656,6 +681,7 @@ def assemble(
         shape,
         np.asarray(real_sizes, np.int32),
         dense_tables,
+        known_levels,
     )
     return Fsa(
         src=arrays.src,

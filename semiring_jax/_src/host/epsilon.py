@@ -38,6 +38,8 @@ class EpsilonRemoval(NamedTuple):
         -1 for the tree's arcs (weight one).
       num_pairs: P.
       num_tree: N.
+      pair_level: int [N + P], a level for each pair-graph state such that
+        every pair-graph arc goes up.
       arc_pair, arc_input: int [A'], for each result arc the pair (p, q)
         whose weight d it takes and the non-epsilon input arc q -> r.
       src, dst, ilabel, olabel: int [A'], the result arcs.
@@ -51,6 +53,7 @@ class EpsilonRemoval(NamedTuple):
     pair_arc: np.ndarray
     num_pairs: int
     num_tree: int
+    pair_level: np.ndarray
     arc_pair: np.ndarray
     arc_input: np.ndarray
     src: np.ndarray
@@ -81,10 +84,11 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
 _FAN_OUT = 16
 
 
-def _start_tree(num_leaves: int) -> tuple[int, np.ndarray, np.ndarray]:
+def _start_tree(num_leaves: int) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
     """A tree of at most `_FAN_OUT` children per node from node 0 to
-    `num_leaves` leaves: (N internal nodes, src [E], dst [E]); leaf j is
-    node N + j. Child i of a layer hangs from node i // _FAN_OUT above."""
+    `num_leaves` leaves: (N internal nodes, src [E], dst [E], the depth of
+    each internal node [N]); leaf j is node N + j, at depth len(...) of the
+    last. Child i of a layer hangs from node i // _FAN_OUT above."""
     sizes = [num_leaves]
     while sizes[-1] > _FAN_OUT:
         sizes.append(-(-sizes[-1] // _FAN_OUT))
@@ -93,7 +97,8 @@ def _start_tree(num_leaves: int) -> tuple[int, np.ndarray, np.ndarray]:
     first = np.cumsum([0, *sizes])  # first node of each layer
     src = [first[k - 1] + np.arange(sizes[k]) // _FAN_OUT for k in range(1, len(sizes))]
     dst = [first[k] + np.arange(sizes[k]) for k in range(1, len(sizes))]
-    return int(first[-2]), np.concatenate(src), np.concatenate(dst)
+    depth = np.repeat(np.arange(len(sizes) - 1), sizes[:-1])
+    return int(first[-2]), np.concatenate(src), np.concatenate(dst), depth
 
 
 class _Pairs(NamedTuple):
@@ -177,7 +182,11 @@ def epsilon_removal(parts: Parts) -> tuple[EpsilonRemoval | None, tuple[int, ...
     # The pair graph: a tree of weight-one arcs from its start (state 0) to
     # the pairs (p, p); pair i is state num_tree + i.
     diagonal = np.flatnonzero(pairs.p == pairs.q)
-    num_tree, tree_src, tree_dst = _start_tree(diagonal.size)
+    num_tree, tree_src, tree_dst, tree_depth = _start_tree(diagonal.size)
+    # Levels that every pair-graph arc goes up: the tree's depths, then for a
+    # pair (p, q) the leaves' depth plus q's epsilon level.
+    leaf_depth = int(tree_depth.max()) + 1
+    pair_level = np.concatenate([tree_depth, leaf_depth + eps_level[pairs.q]])
     leaf = tree_dst >= num_tree
     tree_dst[leaf] = num_tree + diagonal[tree_dst[leaf] - num_tree]
     pair_src = np.concatenate([tree_src, pairs.arc_from + num_tree])
@@ -209,6 +218,7 @@ def epsilon_removal(parts: Parts) -> tuple[EpsilonRemoval | None, tuple[int, ...
         pair_arc,
         num_pairs,
         num_tree,
+        pair_level,
         arc_pair,
         arc_input,
         pairs.p[arc_pair],

@@ -52,6 +52,7 @@ def longest_path_levels(num_states: int, src: np.ndarray, dst: np.ndarray) -> np
     out_dst = dst[order]
     in_degree = np.bincount(dst, minlength=num_states)
     levels = np.full(num_states, -1, dtype=np.int64)
+    stamp = np.zeros(num_states, dtype=np.int64)
     frontier = np.flatnonzero(in_degree == 0)
     level = 0
     while frontier.size:
@@ -61,9 +62,14 @@ def longest_path_levels(num_states: int, src: np.ndarray, dst: np.ndarray) -> np
         else:
             targets = out_dst[_rows(frontier, offsets)]
         np.subtract.at(in_degree, targets, 1)
-        # A target reached by several arcs of this step is ready once.
+        # A target reached by several arcs of this step is ready once: keep
+        # the occurrence whose index its stamp ends up holding (no sort).
         ready = targets[in_degree[targets] == 0]
-        frontier = np.unique(ready) if ready.size > 1 else ready
+        if ready.size > 1:
+            index = np.arange(ready.size)
+            stamp[ready] = index
+            ready = ready[stamp[ready] == index]
+        frontier = ready
         level += 1
     return None if (levels < 0).any() else levels
 

@@ -79,6 +79,15 @@ def _structure(
     return _Structure(num_states, src, dst, levels, placed)
 
 
+def _given(num_states: int, src: np.ndarray, dst: np.ndarray, levels: np.ndarray) -> _Structure:
+    """The structure at levels the caller already knows (every arc must go up)."""
+    placed = (np.bincount(src, minlength=num_states) + np.bincount(dst, minlength=num_states)) > 0
+    placed[0] = True
+    if not (levels[dst] > levels[src]).all():
+        raise ValueError("build_schedule_arrays: an arc does not go up the given levels")
+    return _Structure(num_states, src, dst, np.where(placed, levels, -1), placed)
+
+
 def _degrees(structure: _Structure) -> tuple[np.ndarray, np.ndarray]:
     """In-degree (the start's pseudo-arc counted) and out-degree per state."""
     in_degree = np.bincount(structure.dst, minlength=structure.num_states)
@@ -290,6 +299,7 @@ def build_schedule_arrays(
     arc_mask: np.ndarray,
     shape: ScheduleShape | None = None,
     lengths: levels_lib.PathLengths | None = None,
+    levels: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """All index tables of an acyclic FSA, padded to `shape`.
 
@@ -299,13 +309,19 @@ def build_schedule_arrays(
       arc_mask: bool [A].
       shape: padded sizes (from `common_shape`); natural if None.
       lengths: `levels.path_lengths` of the real arcs, if already known.
+      levels: int [S], levels to use as they are (with `shape` None), for
+        a graph whose builder knows them: no longest paths, no balancing.
     Returns:
       A dict of int32 arrays, the fields of `Schedule` (see fsa.py).
     """
     num_arcs = src.shape[0]
     real = np.flatnonzero(arc_mask)
     real_src, real_dst = src[real], dst[real]
-    if shape is None:
+    if shape is None and levels is not None:
+        structure = _given(num_states, real_src, real_dst, np.asarray(levels, np.int64))
+        depth = int(structure.levels[structure.placed].max()) + 1
+        shape = _common_shape([structure], _identity, depth)
+    elif shape is None:
         known = None if lengths is None else [lengths]
         best = _best_shape([(num_states, real_src, real_dst)], known=known)
         assert best is not None  # the FSA is acyclic (see Args)

@@ -252,7 +252,7 @@ def _positions(structure: _Structure, width: int, num_positions: int) -> np.ndar
 
 
 def _pull_tables(
-    key_pos: np.ndarray, shape: ScheduleShape, rows: int, slots: int, parts: int, fill: int
+    key_pos: np.ndarray, shape: ScheduleShape, rows: int, slots: int, parts: int
 ) -> dict[str, np.ndarray]:
     """Entries grouped by the position of their key state, split into rows.
 
@@ -260,12 +260,11 @@ def _pull_tables(
       key_pos: int [E], the grid position of each entry's state; a state's
         entries go into its rows in entry order (the tie rule relies on it).
       shape: the padded sizes; rows, slots, parts: this direction's.
-      fill: the entry index for empty slots.
     Returns:
-      `table` [L, rows, slots] of entry indices, `combine` [L, W, parts] of
-      row indices (`rows` for none), `row_part` [L, rows]: each row's index
-      in the flattened [W, parts] combine table (W * parts for none), and
-      `entry_slot` [E]: each entry's index in the flattened table.
+      `entry_slot` [E]: each entry's index in the flattened [L, rows, slots]
+      table (fill a table with `_scatter`), `combine` [L, W, parts] of row
+      indices (`rows` for none), and `row_part` [L, rows]: each row's index
+      in the flattened [W, parts] combine table (W * parts for none).
     """
     levels, width = shape.levels, shape.width
     order = stable_argsort(key_pos)
@@ -279,17 +278,27 @@ def _pull_tables(
     extra_index = np.cumsum(starts_row) - 1  # running count of extra rows
     level_start = np.searchsorted(level[starts_row], np.arange(levels))
     row = np.where(is_extra, width + extra_index - level_start[level], state_rank)
-    # int32 throughout: these [L, rows, K] tables can be many times the arcs.
-    table = np.full((levels, rows, slots), fill, dtype=np.int32)
-    table[level, row, slot] = order
-    combine = np.full((levels, width, parts), rows, dtype=np.int32)
-    combine[level, state_rank, part] = row
+    # int32 throughout, and flat indices: the [L, rows, K] tables can be many
+    # times the entries, so they are filled once and scattered into.
+    combine = np.full(levels * width * parts, rows, dtype=np.int32)
+    combine[(level * width + state_rank) * parts + part] = row
+    combine = combine.reshape(levels, width, parts)
     combine[:, :, 0] = np.arange(width)  # every state's first row is its own
-    row_part = np.full((levels, rows), width * parts, dtype=np.int32)
-    row_part[level, row] = state_rank * parts + part
+    row_part = np.full(levels * rows, width * parts, dtype=np.int32)
+    row_part[level * rows + row] = state_rank * parts + part
     entry_slot = np.empty(order.size, dtype=np.int64)
     entry_slot[order] = (level * rows + row) * slots + slot
-    return dict(table=table, combine=combine, row_part=row_part, entry_slot=entry_slot)
+    return dict(entry_slot=entry_slot, combine=combine, row_part=row_part.reshape(levels, rows))
+
+
+def _scatter(
+    table_shape: tuple[int, int, int], entry_slot: np.ndarray, values: np.ndarray, fill: int
+) -> np.ndarray:
+    """int32 table of `table_shape`: `values[e]` at entry e's slot, `fill`
+    elsewhere."""
+    table = np.full(int(np.prod(table_shape)), fill, dtype=np.int32)
+    table[entry_slot] = values
+    return table.reshape(table_shape)
 
 
 def build_schedule_arrays(
@@ -342,18 +351,23 @@ def build_schedule_arrays(
         shape.in_rows,
         shape.max_in,
         shape.in_parts,
-        fill=real.size + 1,
     )
-    as32 = lambda values: np.asarray(values, np.int32)
-    in_arc = as32(np.concatenate([[num_arcs + 1], real, [num_arcs]]))[incoming["table"]]
-    in_src_pos = as32(np.concatenate([[num_positions + 1], state_pos[real_src], [num_positions]]))[
-        incoming["table"]
-    ]
+    in_shape = (shape.levels, shape.in_rows, shape.max_in)
+    # Entry 0 is the start's pseudo-arc (arc A + 1 from position P + 1);
+    # empty slots read arc A from position P.
+    in_arc = _scatter(in_shape, incoming["entry_slot"], np.append(num_arcs + 1, real), num_arcs)
+    in_src_pos = _scatter(
+        in_shape,
+        incoming["entry_slot"],
+        np.append(num_positions + 1, state_pos[real_src]),
+        num_positions,
+    )
     outgoing = _pull_tables(
-        state_pos[real_src], shape, shape.out_rows, shape.max_out, shape.out_parts, fill=real.size
+        state_pos[real_src], shape, shape.out_rows, shape.max_out, shape.out_parts
     )
-    out_arc = as32(np.append(real, num_arcs))[outgoing["table"]]
-    out_dst_pos = as32(np.append(state_pos[real_dst], num_positions))[outgoing["table"]]
+    out_shape = (shape.levels, shape.out_rows, shape.max_out)
+    out_arc = _scatter(out_shape, outgoing["entry_slot"], real, num_arcs)
+    out_dst_pos = _scatter(out_shape, outgoing["entry_slot"], state_pos[real_dst], num_positions)
     arc_src_pos = np.full(num_arcs, num_positions, dtype=np.int64)
     arc_dst_pos = np.full(num_arcs, num_positions, dtype=np.int64)
     arc_src_pos[real] = state_pos[real_src]

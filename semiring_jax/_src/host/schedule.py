@@ -280,9 +280,9 @@ def _pull_tables(
     row = np.where(is_extra, width + extra_index - level_start[level], state_rank)
     # int32 throughout, and flat indices: the [L, rows, K] tables can be many
     # times the entries, so they are filled once and scattered into.
-    combine = np.full(levels * width * parts, rows, dtype=np.int32)
-    combine[(level * width + state_rank) * parts + part] = row
-    combine = combine.reshape(levels, width, parts)
+    flat_combine = np.full(levels * width * parts, rows, dtype=np.int32)
+    flat_combine[(level * width + state_rank) * parts + part] = row
+    combine = flat_combine.reshape(levels, width, parts)
     combine[:, :, 0] = np.arange(width)  # every state's first row is its own
     row_part = np.full(levels * rows, width * parts, dtype=np.int32)
     row_part[level * rows + row] = state_rank * parts + part

@@ -8,6 +8,7 @@ import pytest
 
 import semiring_jax as sj
 from semiring_jax._src.algorithms import placeholder
+from semiring_jax._src.host import levels as levels_lib
 from semiring_jax._src.host import schedule
 
 
@@ -103,3 +104,20 @@ def test_host_modules_do_not_import_jax():
             )
             for name in names:
                 assert not name.startswith("jax"), f"{module.name} imports {name}"
+
+
+def test_row_counts_from_the_histogram_equal_the_direct_ones():
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        num_states = int(rng.integers(2, 60))
+        src = rng.integers(0, num_states - 1, int(rng.integers(1, 200)))
+        dst = np.minimum(src + 1 + rng.integers(0, 5, src.size), num_states - 1)
+        lengths = levels_lib.path_lengths(num_states, src, dst)
+        structure = schedule._structure(num_states, src, dst, lengths, None)
+        for degree in schedule._degrees(structure):
+            histogram = schedule._histogram(structure, degree)
+            width = int(np.bincount(structure.levels[structure.placed]).max())
+            for slots in (1, 2, 3, 7, 64):
+                assert schedule._histogram_row_counts(
+                    histogram, slots, width
+                ) == schedule._row_counts(structure, degree, slots, width)

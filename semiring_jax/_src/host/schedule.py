@@ -104,6 +104,29 @@ def _row_counts(
     return width + int(extra.max()), int(rows.max())
 
 
+class _Histogram(NamedTuple):
+    """Placed states counted by (level, degree): `_row_counts` of many K
+    values costs the number of distinct pairs, not of states, each."""
+
+    level: np.ndarray  # int [G]
+    degree: np.ndarray  # int [G]
+    count: np.ndarray  # int [G]
+
+
+def _histogram(structure: _Structure, degree: np.ndarray) -> _Histogram:
+    levels, degrees = structure.levels[structure.placed], degree[structure.placed]
+    base = int(degrees.max(initial=0)) + 1
+    keys, count = np.unique(levels * base + degrees, return_counts=True)
+    return _Histogram(keys // base, keys % base, count)
+
+
+def _histogram_row_counts(histogram: _Histogram, slots: int, width: int) -> tuple[int, int]:
+    """`_row_counts`, from the histogram."""
+    rows = np.maximum(-(-histogram.degree // slots), 1)
+    extra = np.bincount(histogram.level, weights=(rows - 1) * histogram.count)
+    return width + int(extra.max()), int(rows.max())
+
+
 # A combine step costs a few more kernel launches per level, worth about
 # this many slots of gather-and-reduce work on a CPU; a batch shares them.
 _COMBINE_OVERHEAD = 300
@@ -116,9 +139,10 @@ def _best_slots(entries: list[tuple[_Structure, np.ndarray]], width: int) -> int
     candidates = sorted(
         set(range(1, min(most, 32) + 1)) | {most} | {2**k for k in range(5, most.bit_length())}
     )
+    histograms = [_histogram(structure, degree) for structure, degree in entries]
     best, best_cost = 1, None
     for slots in candidates:
-        counts = [_row_counts(structure, degree, slots, width) for structure, degree in entries]
+        counts = [_histogram_row_counts(histogram, slots, width) for histogram in histograms]
         rows, parts = max(r for r, _ in counts), max(p for _, p in counts)
         overhead = _COMBINE_OVERHEAD / len(entries)
         cost = rows * slots + (width * parts + overhead if parts > 1 else 0)

@@ -110,20 +110,20 @@ class _Histogram(NamedTuple):
 
     level: np.ndarray  # int [G]
     degree: np.ndarray  # int [G]
-    count: np.ndarray  # int [G]
+    states: np.ndarray  # int [G], how many placed states have the pair
 
 
 def _histogram(structure: _Structure, degree: np.ndarray) -> _Histogram:
     levels, degrees = structure.levels[structure.placed], degree[structure.placed]
     base = int(degrees.max(initial=0)) + 1
-    keys, count = np.unique(levels * base + degrees, return_counts=True)
-    return _Histogram(keys // base, keys % base, count)
+    keys, states = np.unique(levels * base + degrees, return_counts=True)
+    return _Histogram(keys // base, keys % base, states)
 
 
 def _histogram_row_counts(histogram: _Histogram, slots: int, width: int) -> tuple[int, int]:
     """`_row_counts`, from the histogram."""
     rows = np.maximum(-(-histogram.degree // slots), 1)
-    extra = np.bincount(histogram.level, weights=(rows - 1) * histogram.count)
+    extra = np.bincount(histogram.level, weights=(rows - 1) * histogram.states)
     return width + int(extra.max()), int(rows.max())
 
 

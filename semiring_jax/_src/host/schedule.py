@@ -294,14 +294,18 @@ def _pull_tables(
     order = stable_argsort(key_pos)
     sorted_pos = key_pos[order]
     rank_in_state = _rank_in_run(sorted_pos)
-    part, slot = rank_in_state // slots, rank_in_state % slots
-    level, state_rank = sorted_pos // width, sorted_pos % width
-    # Extra rows (part >= 1) are numbered after the W first rows, level by level.
-    is_extra = part >= 1
-    starts_row = is_extra & (slot == 0)
-    extra_index = np.cumsum(starts_row) - 1  # running count of extra rows
-    level_start = np.searchsorted(level[starts_row], np.arange(levels))
-    row = np.where(is_extra, width + extra_index - level_start[level], state_rank)
+    level, state_rank = np.divmod(sorted_pos, width)
+    if parts == 1:  # every state fits in its own row
+        part, slot, row = np.zeros_like(rank_in_state), rank_in_state, state_rank
+    else:
+        part, slot = np.divmod(rank_in_state, slots)
+        # Extra rows (part >= 1) are numbered after the W first rows, level
+        # by level.
+        is_extra = part >= 1
+        starts_row = is_extra & (slot == 0)
+        extra_index = np.cumsum(starts_row) - 1  # running count of extra rows
+        level_start = np.searchsorted(level[starts_row], np.arange(levels))
+        row = np.where(is_extra, width + extra_index - level_start[level], state_rank)
     # int32 throughout, and flat indices: the [L, rows, K] tables can be many
     # times the entries, so they are filled once and scattered into.
     flat_combine = np.full(levels * width * parts, rows, dtype=np.int32)

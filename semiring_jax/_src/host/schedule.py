@@ -95,18 +95,9 @@ def _degrees(structure: _Structure) -> tuple[np.ndarray, np.ndarray]:
     return in_degree, np.bincount(structure.src, minlength=structure.num_states)
 
 
-def _row_counts(
-    structure: _Structure, degree: np.ndarray, slots: int, width: int
-) -> tuple[int, int]:
-    """(rows per level, most rows of one state) with `slots` per row."""
-    rows = np.maximum(-(-degree[structure.placed] // slots), 1)
-    extra = np.bincount(structure.levels[structure.placed], weights=rows - 1)
-    return width + int(extra.max()), int(rows.max())
-
-
 class _Histogram(NamedTuple):
-    """Placed states counted by (level, degree): `_row_counts` of many K
-    values costs the number of distinct pairs, not of states, each."""
+    """Placed states counted by (level, degree): `_row_counts` of each K
+    tried costs the number of distinct pairs, not of states."""
 
     level: np.ndarray  # int [G]
     degree: np.ndarray  # int [G]
@@ -120,8 +111,8 @@ def _histogram(structure: _Structure, degree: np.ndarray) -> _Histogram:
     return _Histogram(keys // base, keys % base, states)
 
 
-def _histogram_row_counts(histogram: _Histogram, slots: int, width: int) -> tuple[int, int]:
-    """`_row_counts`, from the histogram."""
+def _row_counts(histogram: _Histogram, slots: int, width: int) -> tuple[int, int]:
+    """(rows per level, most rows of one state) with `slots` per row."""
     rows = np.maximum(-(-histogram.degree // slots), 1)
     extra = np.bincount(histogram.level, weights=(rows - 1) * histogram.states)
     return width + int(extra.max()), int(rows.max())
@@ -132,19 +123,18 @@ def _histogram_row_counts(histogram: _Histogram, slots: int, width: int) -> tupl
 _COMBINE_OVERHEAD = 300
 
 
-def _best_slots(entries: list[tuple[_Structure, np.ndarray]], width: int) -> int:
-    """The K that minimises the padded work of a level step, over `entries`
-    (structure, degree) that share one schedule shape."""
-    most = max(max(int(degree.max()), 1) for _, degree in entries)
+def _best_slots(histograms: list[_Histogram], width: int) -> int:
+    """The K that minimises the padded work of a level step, over the
+    entries (their degree histograms) that share one schedule shape."""
+    most = max(max(int(histogram.degree.max()), 1) for histogram in histograms)
     candidates = sorted(
         set(range(1, min(most, 32) + 1)) | {most} | {2**k for k in range(5, most.bit_length())}
     )
-    histograms = [_histogram(structure, degree) for structure, degree in entries]
     best, best_cost = 1, None
     for slots in candidates:
-        counts = [_histogram_row_counts(histogram, slots, width) for histogram in histograms]
+        counts = [_row_counts(histogram, slots, width) for histogram in histograms]
         rows, parts = max(r for r, _ in counts), max(p for _, p in counts)
-        overhead = _COMBINE_OVERHEAD / len(entries)
+        overhead = _COMBINE_OVERHEAD / len(histograms)
         cost = rows * slots + (width * parts + overhead if parts > 1 else 0)
         if best_cost is None or cost < best_cost:
             best, best_cost = slots, cost
@@ -163,9 +153,9 @@ def _common_shape(
     degrees = [_degrees(structure) for structure in structures]
     sizes = []
     for direction in (0, 1):  # incoming, outgoing
-        entries = [(st, degree[direction]) for st, degree in zip(structures, degrees)]
-        slots = round_up(_best_slots(entries, width))
-        counts = [_row_counts(st, degree, slots, width) for st, degree in entries]
+        histograms = [_histogram(st, degree[direction]) for st, degree in zip(structures, degrees)]
+        slots = round_up(_best_slots(histograms, width))
+        counts = [_row_counts(histogram, slots, width) for histogram in histograms]
         sizes += [round_up(max(r for r, _ in counts)), slots, round_up(max(p for _, p in counts))]
     return ScheduleShape(levels, width, *sizes)
 
@@ -236,8 +226,8 @@ def common_shape(
 def _fit(structure: _Structure, shape: ScheduleShape) -> _Structure:
     """`structure`, checked to fit in `shape` at the shape's K per direction."""
     in_degree, out_degree = _degrees(structure)
-    in_rows, in_parts = _row_counts(structure, in_degree, shape.max_in, shape.width)
-    out_rows, out_parts = _row_counts(structure, out_degree, shape.max_out, shape.width)
+    in_rows, in_parts = _row_counts(_histogram(structure, in_degree), shape.max_in, shape.width)
+    out_rows, out_parts = _row_counts(_histogram(structure, out_degree), shape.max_out, shape.width)
     placed_levels = structure.levels[structure.placed]
     needed = ScheduleShape(
         int(placed_levels.max()) + 1,

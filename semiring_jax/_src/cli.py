@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -24,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from semiring_jax._src.cli_parser import PROG, build_parser
+from semiring_jax._src.host import text_io
 
 if TYPE_CHECKING:
     from semiring_jax._src.fsa import Fsa
@@ -112,21 +112,13 @@ def _label_text(labels: Any, table: SymbolTable | None) -> str:
     )
 
 
-def _number(value: float) -> str:
-    """Shortest text that reads back to the same float32/float64; OpenFst's
-    spelling of infinities."""
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    return str(value)
-
-
 def _scores(values: Any, costs: bool) -> list[str]:
     import numpy as np
 
     values = np.asarray(values).reshape(-1)
     if costs:
         values = 0.0 - values  # 0.0 - x: no -0.0 for a zero score
-    return [_number(value) for value in values]
+    return [text_io.openfst_number(value) for value in values]
 
 
 # -- commands -------------------------------------------------------------------

@@ -10,7 +10,14 @@ import numpy as np
 from semiring_jax._src.host import build
 from semiring_jax._src.host.symbols import SymbolTable
 
-__all__ = ["format_k2", "format_openfst", "label_tables", "parse_k2", "parse_openfst"]
+__all__ = [
+    "format_k2",
+    "format_openfst",
+    "label_tables",
+    "openfst_number",
+    "parse_k2",
+    "parse_openfst",
+]
 
 
 def _number(field: str, line_number: int, line: str, fn: str, *, integer: bool) -> float:
@@ -192,6 +199,13 @@ def _number_text(value: float) -> str:
     return repr(float(value))
 
 
+def openfst_number(value: float) -> str:
+    """A cost or score as OpenFst writes it: infinities spelt `Infinity`."""
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return _number_text(value)
+
+
 def _start_first(arrays: build.ArcArrays) -> np.ndarray:
     return np.argsort(arrays.src != 0, kind="stable")
 
@@ -232,7 +246,7 @@ def format_openfst(
     for a in _start_first(arrays):
         labels = [ilabels[a]] if arrays.is_acceptor else [ilabels[a], olabels[a]]
         states = [str(int(arrays.src[a])), str(int(arrays.dst[a]))]
-        cost = "Infinity" if arrays.weight[a] == -math.inf else _number_text(0.0 - arrays.weight[a])
+        cost = openfst_number(0.0 - arrays.weight[a])
         lines.append("\t".join(states + labels + [cost]))
     finals = np.flatnonzero(arrays.final_weight > -math.inf)
     final_lines = [f"{int(s)}\t{_number_text(0.0 - arrays.final_weight[s])}" for s in finals]

@@ -7,12 +7,8 @@ from hypothesis import strategies as st
 
 from oracles import to_pynini
 from semiring_jax._src.host import build
-from semiring_jax._src.host.properties import (
-    fsa_properties,
-    is_deterministic,
-    is_label_sorted,
-    reachable_states,
-)
+from semiring_jax._src.host.levels import reachable_states
+from semiring_jax._src.host.properties import fsa_properties, is_deterministic, is_label_sorted
 from strategies import acyclic_fsas, as_rows, dense_graphs
 
 # Any FSA: cyclic acceptors (self-loops included) and acyclic transducers.

@@ -20,8 +20,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from semiring_jax._src.host import arc_tables
 from semiring_jax._src.host import levels as levels_lib
-from semiring_jax._src.host.sorting import stable_argsort
+from semiring_jax._src.host.sorting import group_by, group_rows, ranges, stable_argsort
 from semiring_jax._src.host.structure import Parts
 
 __all__ = ["EpsilonRemoval", "epsilon_removal"]
@@ -62,20 +63,6 @@ class EpsilonRemoval(NamedTuple):
     olabel: np.ndarray
     final_pairs: np.ndarray
     final_states: np.ndarray
-
-
-def _csr(num_states: int, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Indices grouped by `keys` (stable), and the [S + 1] group offsets."""
-    order = stable_argsort(keys)
-    offsets = np.zeros(num_states + 1, np.int64)
-    np.cumsum(np.bincount(keys, minlength=num_states), out=offsets[1:])
-    return order, offsets
-
-
-def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The concatenated index ranges [start, start + count), in order."""
-    total = int(counts.sum())
-    return np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(total)
 
 
 # Fan-out of the tree from the pair graph's start to the pairs (p, p). One
@@ -129,8 +116,8 @@ def _closure_pairs(
     """
     start = np.zeros(num_states, np.int64)
     count = np.zeros(num_states, np.int64)
-    arcs_by_level, level_offsets = _csr(int(eps_level.max(initial=0)) + 1, eps_level[eps_dst])
-    states_by_level, state_offsets = _csr(int(eps_level.max(initial=0)) + 1, eps_level)
+    arcs_by_level, level_offsets = group_by(int(eps_level.max(initial=0)) + 1, eps_level[eps_dst])
+    states_by_level, state_offsets = group_by(int(eps_level.max(initial=0)) + 1, eps_level)
     pair_p: list[np.ndarray] = []
     pair_q: list[np.ndarray] = []
     steps_from: list[np.ndarray] = []
@@ -142,7 +129,7 @@ def _closure_pairs(
         states = states_by_level[state_offsets[level] : state_offsets[level + 1]]
         # One step per (pair (p, q), epsilon arc q -> r): pair index, p, r.
         q = eps_src[arcs]
-        step_from = _ranges(start[q], count[q])
+        step_from = ranges(start[q], count[q])
         step_arc = np.repeat(arcs, count[q])
         step_p = np.concatenate(pair_p)[step_from] if step_from.size else step_from
         step_r = eps_dst[step_arc]
@@ -195,23 +182,18 @@ def epsilon_removal(parts: Parts) -> tuple[EpsilonRemoval | None, tuple[int, ...
     # Result arcs: every non-epsilon arc q -> r, once per pair (p, q),
     # ordered by p, then pair, then arc.
     real = np.flatnonzero(~is_epsilon)
-    real_order, real_offsets = _csr(num_states, parts.src[real])
+    real_order, real_offsets = group_by(num_states, parts.src[real])
     real_count = real_offsets[1:] - real_offsets[:-1]
     arc_pair = np.repeat(np.arange(num_pairs), real_count[pairs.q])
-    arc_input = real[real_order[_ranges(real_offsets[pairs.q], real_count[pairs.q])]]
+    arc_input = real[real_order[group_rows(pairs.q, real_offsets)]]
     by_p = stable_argsort(pairs.p[arc_pair])
     arc_pair, arc_input = arc_pair[by_p], arc_input[by_p]
     # Final weights: ⊕ over the pairs (p, q) with q final.
     final = np.flatnonzero(parts.is_final[pairs.q])
     owners = pairs.p[final]
-    counts = np.bincount(owners, minlength=num_states)
-    width = max(int(counts.max(initial=0)), 1)
-    final_pairs = np.full((num_states, width), num_pairs, np.int64)
-    final_states = np.zeros((num_states, width), np.int64)
-    order = np.argsort(owners, kind="stable")
-    rank = np.arange(order.size) - (np.cumsum(counts) - counts)[owners[order]]
-    final_pairs[owners[order], rank] = final[order]
-    final_states[owners[order], rank] = pairs.q[final][order]
+    by_owner = arc_tables.arcs_by_state(num_states, owners, np.ones(owners.size, bool))
+    final_pairs = np.append(final, num_pairs)[by_owner]
+    final_states = np.append(pairs.q[final], 0)[by_owner]
     tables = EpsilonRemoval(
         pair_src,
         pair_dst,

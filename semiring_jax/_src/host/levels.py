@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from semiring_jax._src.host.sorting import stable_argsort
+from semiring_jax._src.host.sorting import group_by, group_rows
 
 __all__ = [
     "PathLengths",
@@ -20,21 +20,8 @@ __all__ = [
     "find_cycle",
     "longest_path_levels",
     "path_lengths",
+    "reachable_states",
 ]
-
-
-def _csr(num_states: int, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Arc indices grouped by `keys` (stable), and the [S + 1] row offsets."""
-    order = stable_argsort(keys)
-    offsets = np.zeros(num_states + 1, dtype=np.int64)
-    np.cumsum(np.bincount(keys, minlength=num_states), out=offsets[1:])
-    return order, offsets
-
-
-def _rows(states: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Indices, into a CSR's grouped order, of all entries of `states`."""
-    starts, counts = offsets[states], offsets[states + 1] - offsets[states]
-    return np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
 
 
 def longest_path_levels(num_states: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray | None:
@@ -48,7 +35,7 @@ def longest_path_levels(num_states: int, src: np.ndarray, dst: np.ndarray) -> np
     Returns:
       int64 [S] levels, or None when some state lies on a cycle.
     """
-    order, offsets = _csr(num_states, src)
+    order, offsets = group_by(num_states, src)
     out_dst = dst[order]
     in_degree = np.bincount(dst, minlength=num_states)
     levels = np.full(num_states, -1, dtype=np.int64)
@@ -60,7 +47,7 @@ def longest_path_levels(num_states: int, src: np.ndarray, dst: np.ndarray) -> np
         if frontier.size == 1:  # deep, narrow FSAs: skip the row arithmetic
             targets = out_dst[offsets[frontier[0]] : offsets[frontier[0] + 1]]
         else:
-            targets = out_dst[_rows(frontier, offsets)]
+            targets = out_dst[group_rows(frontier, offsets)]
         np.subtract.at(in_degree, targets, 1)
         # A target reached by several arcs of this step is ready once: keep
         # the occurrence whose index its stamp ends up holding (no sort).
@@ -72,6 +59,38 @@ def longest_path_levels(num_states: int, src: np.ndarray, dst: np.ndarray) -> np
         frontier = ready
         level += 1
     return None if (levels < 0).any() else levels
+
+
+def reachable_states(
+    num_states: int, sources: np.ndarray, src: np.ndarray, dst: np.ndarray
+) -> np.ndarray:
+    """The states reachable from `sources` along the arcs `src -> dst`.
+
+    Breadth first, one whole frontier per numpy step, so the work is O(A)
+    plus one step per BFS level.
+
+    Args:
+      num_states: S.
+      sources: int [N], the states to start from (reachable by definition).
+      src, dst: int [A], the real arcs only.
+    Returns:
+      bool [S].
+    Examples:
+      >>> import numpy as np
+      >>> src, dst = np.array([0, 1, 3]), np.array([1, 2, 2])
+      >>> reachable_states(4, np.array([0]), src, dst)
+      array([ True,  True,  True, False])
+    """
+    order, offsets = group_by(num_states, src)
+    next_state = dst[order]
+    seen = np.zeros(num_states, dtype=bool)
+    frontier = np.unique(np.asarray(sources, dtype=np.int64))
+    seen[frontier] = True
+    while frontier.size:
+        targets = np.unique(next_state[group_rows(frontier, offsets)])
+        frontier = targets[~seen[targets]]
+        seen[frontier] = True
+    return seen
 
 
 class PathLengths(NamedTuple):
@@ -158,7 +177,7 @@ def _list_schedule(
 ) -> np.ndarray:
     """One list-scheduling pass: up to `capacity` states a level, least
     slack first, and every state by its `latest` level."""
-    order, offsets = _csr(num_states, src)
+    order, offsets = group_by(num_states, src)
     out_dst = dst[order]
     waiting = np.bincount(dst, minlength=num_states)  # unplaced predecessors
     levels = np.full(num_states, -1, dtype=np.int64)
@@ -173,7 +192,7 @@ def _list_schedule(
         else:
             chosen, rest = np.concatenate([chosen, rest]), rest[:0]
         levels[chosen] = level
-        targets = out_dst[_rows(chosen, offsets)]
+        targets = out_dst[group_rows(chosen, offsets)]
         np.subtract.at(waiting, targets, 1)
         targets = np.unique(targets)
         ready = np.concatenate([rest, targets[waiting[targets] == 0]])

@@ -29,7 +29,6 @@ __all__ = [
     "fsa_properties",
     "is_deterministic",
     "is_label_sorted",
-    "reachable_states",
 ]
 
 
@@ -59,43 +58,6 @@ class Properties(NamedTuple):
     accessible: bool
     coaccessible: bool
     connected: bool
-
-
-def reachable_states(
-    num_states: int, sources: np.ndarray, src: np.ndarray, dst: np.ndarray
-) -> np.ndarray:
-    """The states reachable from `sources` along the arcs `src -> dst`.
-
-    Breadth first, one whole frontier per numpy step, so the work is O(A)
-    plus one step per BFS level.
-
-    Args:
-      num_states: S.
-      sources: int [N], the states to start from (reachable by definition).
-      src, dst: int [A], the real arcs only.
-    Returns:
-      bool [S].
-    Examples:
-      >>> import numpy as np
-      >>> src, dst = np.array([0, 1, 3]), np.array([1, 2, 2])
-      >>> reachable_states(4, np.array([0]), src, dst)
-      array([ True,  True,  True, False])
-    """
-    order = np.argsort(src, kind="stable")
-    offsets = np.zeros(num_states + 1, dtype=np.int64)
-    np.cumsum(np.bincount(src, minlength=num_states), out=offsets[1:])
-    next_state = dst[order]
-    seen = np.zeros(num_states, dtype=bool)
-    frontier = np.unique(np.asarray(sources, dtype=np.int64))
-    seen[frontier] = True
-    while frontier.size:
-        starts, counts = offsets[frontier], offsets[frontier + 1] - offsets[frontier]
-        # Positions, in the src-sorted order, of every arc leaving the frontier.
-        rows = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
-        targets = np.unique(next_state[rows])
-        frontier = targets[~seen[targets]]
-        seen[frontier] = True
-    return seen
 
 
 def is_deterministic(src: np.ndarray, labels: np.ndarray) -> bool:
@@ -164,8 +126,8 @@ def fsa_properties(arrays: build.ArcArrays) -> Properties:
     dst = np.asarray(arrays.dst, dtype=np.int64)
     ilabel, olabel = np.asarray(arrays.ilabel), np.asarray(arrays.olabel)
     is_final = np.asarray(arrays.final_weight) > -np.inf
-    accessible = reachable_states(num_states, np.array([0]), src, dst)
-    coaccessible = reachable_states(num_states, np.flatnonzero(is_final), dst, src)
+    accessible = levels.reachable_states(num_states, np.array([0]), src, dst)
+    coaccessible = levels.reachable_states(num_states, np.flatnonzero(is_final), dst, src)
     num_epsilons = int(np.sum((ilabel == 0) & (olabel == 0)))
     num_input_epsilons = int(np.sum(ilabel == 0))
     num_output_epsilons = int(np.sum(olabel == 0))

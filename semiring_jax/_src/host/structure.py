@@ -180,25 +180,14 @@ def top_sort(parts: Parts) -> tuple[Result | None, tuple[Any, ...]]:
     return _renumbered(parts, new_state, parts.num_states, np.ones(parts.src.shape[0], bool)), ()
 
 
-def _reachable(num_states: int, start: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """bool [S]: states reachable from `start` (bool [S]) along src -> dst."""
-    seen = start.copy()
-    frontier = start.copy()
-    while frontier.any():
-        reached = np.zeros(num_states, bool)
-        reached[dst[frontier[src]]] = True
-        frontier = reached & ~seen
-        seen |= reached
-    return seen
-
-
 def connect(parts: Parts) -> Result:
     """Only states on some path from the start to a final state (and the
     start itself, so that a result always has state 0)."""
-    start = np.zeros(parts.num_states, bool)
-    start[0] = True
-    useful = _reachable(parts.num_states, start, parts.src, parts.dst) & _reachable(
-        parts.num_states, parts.is_final, parts.dst, parts.src
+    num_states = parts.num_states
+    useful = levels_lib.reachable_states(
+        num_states, np.array([0]), parts.src, parts.dst
+    ) & levels_lib.reachable_states(
+        num_states, np.flatnonzero(parts.is_final), parts.dst, parts.src
     )
     useful[0] = True
     new_state = np.full(parts.num_states, -1, np.int64)

@@ -24,6 +24,17 @@ __all__ = [
 ]
 
 
+def _once(states: np.ndarray, stamp: np.ndarray) -> np.ndarray:
+    """`states` with repeats dropped, without a sort: each keeps the
+    occurrence whose index its entry of `stamp` (scratch, int [S]) ends up
+    holding."""
+    if states.size < 2:
+        return states
+    index = np.arange(states.size)
+    stamp[states] = index
+    return states[stamp[states] == index]
+
+
 def longest_path_levels(num_states: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray | None:
     """Length of the longest path into each state, or None if cyclic.
 
@@ -49,14 +60,8 @@ def longest_path_levels(num_states: int, src: np.ndarray, dst: np.ndarray) -> np
         else:
             targets = out_dst[group_rows(frontier, offsets)]
         np.subtract.at(in_degree, targets, 1)
-        # A target reached by several arcs of this step is ready once: keep
-        # the occurrence whose index its stamp ends up holding (no sort).
-        ready = targets[in_degree[targets] == 0]
-        if ready.size > 1:
-            index = np.arange(ready.size)
-            stamp[ready] = index
-            ready = ready[stamp[ready] == index]
-        frontier = ready
+        # A target reached by several arcs of this step is ready once.
+        frontier = _once(targets[in_degree[targets] == 0], stamp)
         level += 1
     return None if (levels < 0).any() else levels
 
@@ -84,11 +89,12 @@ def reachable_states(
     order, offsets = group_by(num_states, src)
     next_state = dst[order]
     seen = np.zeros(num_states, dtype=bool)
+    stamp = np.zeros(num_states, dtype=np.int64)
     frontier = np.unique(np.asarray(sources, dtype=np.int64))
     seen[frontier] = True
     while frontier.size:
-        targets = np.unique(next_state[group_rows(frontier, offsets)])
-        frontier = targets[~seen[targets]]
+        targets = next_state[group_rows(frontier, offsets)]
+        frontier = _once(targets[~seen[targets]], stamp)
         seen[frontier] = True
     return seen
 

@@ -156,12 +156,12 @@ def with_value(name, index, value):
         (edited(format=np.array("other")), r"array 'format' is not 'semiring_jax.Fsa'"),
         (edited(format=None), r"no array 'format'; not a file written by sj.save"),
         (
-            edited(version=np.array(2)),
-            r"array 'version' is array\(2\); this semiring_jax reads "
-            r"version 1",
+            edited(version=np.array(1)),
+            r"array 'version' is array\(1\); this semiring_jax reads "
+            r"version 2",
         ),
         (edited(arc_mask=None), r"array 'arc_mask' is missing"),
-        (edited(extra=np.zeros(3)), r"array 'extra' is not part of the version 1 layout"),
+        (edited(extra=np.zeros(3)), r"array 'extra' is not part of the version 2 layout"),
         (edited(src=np.zeros((2, 2), np.int64)), r"array 'src' has dtype int64, expected int32"),
         (
             edited(dst=np.zeros((2, 3), np.int32)),

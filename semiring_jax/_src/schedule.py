@@ -39,6 +39,10 @@ class Schedule:
       arc_grad_index: int32 [A], each arc's index in the flattened in-table
         (L * R * K for padding arcs).
       real_sizes: int32 [2], the states and arcs before batch padding.
+      pull_arc, pull_src: int32 [A], the real arcs grouped by destination
+        position (then arc index), then the padding arcs; and their source
+        states. pull_end: int32 [L, W], where each position's arcs end in
+        that order. Read by the compiled CPU kernels (`kernels/scores.cc`).
       state_in_arcs, state_out_arcs: int32 [S, K], each state's incoming
         and outgoing real arcs in arc order, padded with A; built for cyclic
         FSAs too, for dense intersection (`host/arc_tables.py`).
@@ -57,6 +61,9 @@ class Schedule:
     arc_dst_pos: ArrayLeaf
     arc_grad_index: ArrayLeaf
     real_sizes: ArrayLeaf
+    pull_arc: ArrayLeaf
+    pull_src: ArrayLeaf
+    pull_end: ArrayLeaf
     state_in_arcs: ArrayLeaf
     state_out_arcs: ArrayLeaf
 

@@ -1,13 +1,13 @@
 """`save` and `load`: an Fsa (single or batched) in a documented `.npz` file.
 
-Layout, version 1 (numpy's `.npz`: a zip of `.npy` arrays, read with
+Layout, version 2 (numpy's `.npz`: a zip of `.npy` arrays, read with
 `allow_pickle=False`). `...` is the batch shape: () for a single Fsa, (B,)
 for one from `sj.stack`; A and S are the padded arc and state counts.
 
 | array | dtype | shape | meaning |
 |---|---|---|---|
 | `format` | str | [] | always `"semiring_jax.Fsa"` |
-| `version` | int64 | [] | 1 |
+| `version` | int64 | [] | 2 (version 1 lacked the `pull_*` tables) |
 | `batch_shape` | int64 | [N] | the batch shape `...` (N = 0: a single Fsa) |
 | `is_acceptor` | bool | [] | the static `is_acceptor` |
 | `cycle` | int64 | [C] | the static `cycle` (C = 0 when acyclic) |
@@ -26,6 +26,8 @@ for one from `sj.stack`; A and S are the padded arc and state counts.
 | `schedule.arc_src_pos`, `schedule.arc_dst_pos` | int32 | [..., A] | |
 | `schedule.arc_grad_index` | int32 | [..., A] | |
 | `schedule.real_sizes` | int32 | [..., 2] | states and arcs before padding |
+| `schedule.pull_arc`, `schedule.pull_src` | int32 | [..., A] | arcs by destination position |
+| `schedule.pull_end` | int32 | [..., L, W] | |
 | `schedule.state_in_arcs` | int32 | [..., S, K1] | each state's incoming arcs |
 | `schedule.state_out_arcs` | int32 | [..., S, K2] | each state's outgoing arcs |
 
@@ -56,7 +58,7 @@ from semiring_jax._src.schedule import Schedule
 __all__ = ["FORMAT", "VERSION", "load", "save"]
 
 FORMAT = "semiring_jax.Fsa"
-VERSION = 1
+VERSION = 2
 
 _HEADER = ("format", "version", "batch_shape", "is_acceptor", "cycle")
 _ARC_FIELDS = ("src", "dst", "ilabel", "olabel", "weight", "arc_mask")
@@ -70,10 +72,10 @@ File = Union[str, "os.PathLike[str]", BinaryIO]
 def save(file: File, fsa: Fsa, *, compress: bool = False) -> None:
     """Writes an Fsa, single or batched, to a `.npz` file that `load` reads.
 
-    The layout (version 1) holds every pytree leaf as it is, padding and
+    The layout (version 2) holds every pytree leaf as it is, padding and
     -inf weights included, so `load(file)` gives back an equal Fsa:
 
-    - `format`: str [], `"semiring_jax.Fsa"`; `version`: int64 [], 1.
+    - `format`: str [], `"semiring_jax.Fsa"`; `version`: int64 [], 2.
     - `batch_shape`: int64 [N]; `is_acceptor`: bool []; `cycle`: int64 [C].
     - `src`, `dst`, `ilabel`, `olabel`: int32 [..., A]; `arc_mask`: bool
       [..., A]; `weight`: float32 or float64 [..., A]; `final_weight`: the
@@ -218,7 +220,7 @@ def _header(check: _Checker) -> tuple[tuple[int, ...], bool, tuple[int, ...]]:
         raise check.fail(missing[0], "is missing")
     unexpected = sorted(set(arrays) - _NAMES)
     if unexpected:
-        raise check.fail(unexpected[0], "is not part of the version 1 layout")
+        raise check.fail(unexpected[0], f"is not part of the version {VERSION} layout")
     (rank,) = check.rank("batch_shape", 1, "[N]")
     batch_shape = check.get("batch_shape", np.int64, (rank,), "[N]")
     if (batch_shape < 0).any():
@@ -311,6 +313,9 @@ def _schedule_tables(
         "arc_dst_pos": ((num_arcs,), "[..., A]"),
         "arc_grad_index": ((num_arcs,), "[..., A]"),
         "real_sizes": ((2,), "[..., 2]"),
+        "pull_arc": ((num_arcs,), "[..., A]"),
+        "pull_src": ((num_arcs,), "[..., A]"),
+        "pull_end": ((levels_, width), "[..., L, W]"),
         "state_in_arcs": ((num_states, in_width), "[..., S, K]"),
         "state_out_arcs": ((num_states, out_width), "[..., S, K]"),
     }

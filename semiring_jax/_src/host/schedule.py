@@ -394,6 +394,9 @@ def build_schedule_arrays(
     # in-table; the dummy index just past it holds a zero.
     arc_grad_index = np.full(num_arcs, in_arc.size, dtype=np.int64)
     arc_grad_index[real] = incoming["entry_slot"][1:]
+    pull_arc, pull_src, pull_end = _pull_order(
+        num_arcs, real, real_src, state_pos[real_dst], num_positions
+    )
     tables = dict(
         state_pos=state_pos,
         pos_state=pos_state[:num_positions].reshape(shape.levels, shape.width),
@@ -407,8 +410,37 @@ def build_schedule_arrays(
         arc_src_pos=arc_src_pos,
         arc_dst_pos=arc_dst_pos,
         arc_grad_index=arc_grad_index,
+        pull_arc=pull_arc,
+        pull_src=pull_src,
+        pull_end=pull_end.reshape(shape.levels, shape.width),
     )
     return {name: np.asarray(value, np.int32) for name, value in tables.items()}
+
+
+def _pull_order(
+    num_arcs: int,
+    real: np.ndarray,
+    real_src: np.ndarray,
+    real_dst_pos: np.ndarray,
+    num_positions: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The real arcs grouped by their destination's position, for the CPU
+    kernels (`kernels/scores.cc`), which then read every table in order.
+
+    Returns:
+      pull_arc, int [A]: the real arcs by (destination position, arc index),
+        then the padding arcs; pull_src, int [A]: their source states (0 for
+        padding); pull_end, int [P]: where each position's arcs end in
+        `pull_arc` (exclusive; a position's arcs start at the previous end).
+    """
+    order = stable_argsort(real_dst_pos)
+    is_padding = np.ones(num_arcs, bool)
+    is_padding[real] = False
+    padding = np.flatnonzero(is_padding)
+    pull_arc = np.concatenate([real[order], padding])
+    pull_src = np.concatenate([real_src[order], np.zeros(padding.size, real_src.dtype)])
+    pull_end = np.cumsum(np.bincount(real_dst_pos, minlength=num_positions)[:num_positions])
+    return pull_arc, pull_src, pull_end
 
 
 def empty_schedule_arrays(num_states: int, num_arcs: int) -> dict[str, np.ndarray]:
@@ -428,4 +460,7 @@ def empty_schedule_arrays(num_states: int, num_arcs: int) -> dict[str, np.ndarra
         arc_src_pos=np.zeros(num_arcs, np.int32),
         arc_dst_pos=np.zeros(num_arcs, np.int32),
         arc_grad_index=np.zeros(num_arcs, np.int32),
+        pull_arc=np.zeros(num_arcs, np.int32),
+        pull_src=np.zeros(num_arcs, np.int32),
+        pull_end=grid,
     )

@@ -15,7 +15,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from semiring_jax._src import recursions
+from semiring_jax._src import cpu_scores, recursions
 from semiring_jax._src.array_types import ArrayLeaf
 from semiring_jax._src.batch import jit_over_batch
 from semiring_jax._src.fsa import Fsa
@@ -102,7 +102,19 @@ def _path_gradients(
 _tot_score_core.defvjp(_tot_score_fwd, _tot_score_bwd)
 
 
+def _scan_gradients(
+    semiring: Semiring, schedule: Schedule, weight: ArrayLeaf, final_weight: ArrayLeaf
+) -> tuple[jax.Array, jax.Array]:
+    """∂ total / ∂ (weight, final_weight) by the portable level scans."""
+    _, residuals = _tot_score_fwd(semiring, schedule, weight, final_weight)
+    return _path_gradients(semiring, *residuals)
+
+
 def _tot_score_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
+    if cpu_scores.usable(semiring, fsa.schedule, fsa.weight):
+        return cpu_scores.tot_score(
+            semiring, _scan_gradients, fsa.schedule, fsa.src, fsa.weight, fsa.final_weight
+        )
     custom = semiring.sum_grad is not None or semiring.argsum is not None
     score = _tot_score_core if custom else _plain_tot_score
     return score(semiring, fsa.schedule, fsa.weight, fsa.final_weight)
@@ -194,8 +206,11 @@ def backward_scores(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
 def _posteriors_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
     if semiring.sum_grad is None and semiring.argsum is None:
         return jax.grad(lambda w: _tot_score_one(fsa.replace(weight=w), semiring))(fsa.weight)
-    _, residuals = _tot_score_fwd(semiring, fsa.schedule, fsa.weight, fsa.final_weight)
-    return _path_gradients(semiring, *residuals)[0]
+    if cpu_scores.usable(semiring, fsa.schedule, fsa.weight):
+        return cpu_scores.gradients(
+            semiring, _scan_gradients, fsa.schedule, fsa.src, fsa.weight, fsa.final_weight
+        )[0]
+    return _scan_gradients(semiring, fsa.schedule, fsa.weight, fsa.final_weight)[0]
 
 
 def arc_posteriors(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:

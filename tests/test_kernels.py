@@ -1,0 +1,249 @@
+"""The compiled CPU score kernels against the portable scan and brute force.
+
+On the CPU, `tot_score` and `arc_posteriors` in LOG and TROPICAL run the
+kernels of `_src/kernels/scores.cc`; every other backend runs the level
+scan of `recursions.py`. Both must give the same values, gradients (the
+same best path, ties included) and second derivatives.
+"""
+
+import contextlib
+import math
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import jax.test_util
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import semiring_jax as sj
+from semiring_jax._src import kernels
+from semiring_jax._src import tot_score as tot_score_module
+from tests import oracles
+from tests.strategies import acyclic_fsas, as_rows, padded
+
+SETTINGS = settings(max_examples=40, deadline=None)
+TOL = {"float32": dict(rtol=2e-5, atol=2e-5), "float64": dict(rtol=1e-10, atol=1e-12)}
+SEMIRINGS = {"log": sj.LOG, "tropical": sj.TROPICAL}
+
+
+@contextlib.contextmanager
+def scan_only():
+    """Traces score ops with the kernels off (as on a GPU or TPU)."""
+    saved = kernels.enabled
+    kernels.enabled = lambda: False
+    jax.clear_caches()  # jitted ops keep the choice they were traced with
+    try:
+        yield
+    finally:
+        kernels.enabled = saved
+        jax.clear_caches()
+
+
+def both_paths(fn, *args):
+    """fn(*args) with the kernels, then with the scan only, as numpy."""
+    with_kernels = jax.tree_util.tree_map(np.asarray, fn(*args))
+    with scan_only():
+        with_scan = jax.tree_util.tree_map(np.asarray, fn(*args))
+    return with_kernels, with_scan
+
+
+def build(data, dtype):
+    num_states, arcs, final = data
+    return sj.Fsa.from_arcs(as_rows(arcs), final, num_states=num_states, dtype=dtype)
+
+
+def scores_and_gradients(fsa, semiring):
+    """(total, ∂/∂weight, ∂/∂final_weight, arc_posteriors); batched Fsas
+    give per-entry gradients (of the sum of the totals)."""
+    total = sj.tot_score(fsa, semiring)
+    weight_grad, final_grad = jax.grad(
+        lambda w, f: jnp.sum(sj.tot_score(fsa.replace(weight=w, final_weight=f), semiring)),
+        argnums=(0, 1),
+    )(fsa.weight, fsa.final_weight)
+    return total, weight_grad, final_grad, sj.arc_posteriors(fsa, semiring)
+
+
+@jax.jit
+def scan_reference(fsa, semiring):
+    """What the public ops compute with the kernels off (unbatched Fsa)."""
+    args = (semiring, fsa.schedule, fsa.weight, fsa.final_weight)
+    total = tot_score_module._tot_score_core(*args)
+    weight_grad, final_grad = tot_score_module._scan_gradients(*args)
+    return total, weight_grad, final_grad, weight_grad
+
+
+@pytest.mark.skipif(shutil.which(os.environ.get("CXX", "c++")) is None, reason="no compiler")
+def test_kernels_are_built_and_used_on_the_cpu():
+    assert jax.default_backend() == "cpu"
+    assert kernels.enabled()
+    fsa = sj.Fsa.from_arcs([(0, 1, 5, 0.5), (0, 1, 6, 1.0)], final=[1])
+    text = jax.jit(lambda f: sj.tot_score(f)).lower(fsa).as_text()
+    assert "semiring_jax_log_forward" in text
+    with scan_only():
+        assert "semiring_jax" not in jax.jit(lambda f: sj.tot_score(f)).lower(fsa).as_text()
+
+
+@SETTINGS
+@given(
+    data=acyclic_fsas(),
+    semiring=st.sampled_from(["log", "tropical"]),
+    dtype=st.sampled_from(["float32", "float64"]),
+    pad=st.booleans(),
+)
+def test_kernels_match_the_scan_and_brute_force(data, semiring, dtype, pad):
+    fsa = padded(build(data, dtype)) if pad else build(data, dtype)
+    num_states, arcs, _ = data
+    ours = jax.tree_util.tree_map(np.asarray, scores_and_gradients(fsa, SEMIRINGS[semiring]))
+    scan = scan_reference(fsa, SEMIRINGS[semiring])
+    total, weight_grad, final_grad, posteriors = ours
+    tol = TOL[dtype]
+    np.testing.assert_allclose(total, oracles.brute_tot_score(*data, semiring), **tol)
+    np.testing.assert_allclose(
+        posteriors[: len(arcs)], oracles.brute_arc_posteriors(*data, semiring), **tol
+    )
+    for mine, theirs in zip(ours, scan):
+        if semiring == "tropical":  # one best path, the same tie rule
+            np.testing.assert_array_equal(mine, theirs)
+        else:
+            np.testing.assert_allclose(mine, theirs, **tol)
+    assert total.dtype == dtype and weight_grad.dtype == dtype
+    np.testing.assert_array_equal(weight_grad, posteriors)
+    assert np.all(np.isfinite(weight_grad)) and np.all(np.isfinite(final_grad))
+    assert np.all(final_grad[num_states:] == 0)
+
+
+@pytest.mark.parametrize("semiring", ["log", "tropical"])
+def test_batches_and_vmap(semiring, dtype):
+    rng = np.random.default_rng(0)
+    fsas = []
+    for size in (3, 7, 1, 5):
+        arcs = [
+            (i, j, 1, float(rng.normal()))
+            for i in range(size)
+            for j in range(i + 1, size)
+            if rng.random() < 0.6
+        ]
+        fsas.append(sj.Fsa.from_arcs(arcs, final=list(range(size)), dtype=dtype))
+    batch = sj.stack(fsas)
+    one_by_one = [scores_and_gradients(fsa, SEMIRINGS[semiring]) for fsa in fsas]
+    batched = scores_and_gradients(batch, SEMIRINGS[semiring])
+    for b, fsa in enumerate(fsas):
+        np.testing.assert_allclose(batched[0][b], one_by_one[b][0], **TOL[dtype])
+        for mine, theirs, size in zip(
+            batched[1:], one_by_one[b][1:], (fsa.num_arcs, fsa.num_states, fsa.num_arcs)
+        ):
+            np.testing.assert_allclose(mine[b][:size], theirs, **TOL[dtype])
+    # vmap over weights alone: the tables are shared, not batched.
+    fsa = fsas[1]
+    weights = jnp.stack([fsa.weight, fsa.weight * 2, fsa.weight - 1])
+    vmapped = jax.vmap(lambda w: sj.tot_score(fsa.replace(weight=w), SEMIRINGS[semiring]))
+    ours, scan = both_paths(vmapped, weights)
+    np.testing.assert_allclose(ours, scan, **TOL[dtype])
+
+
+def test_second_order_matches_the_scan():
+    rng = np.random.default_rng(1)
+    arcs = [(i, j, 1, float(rng.normal())) for i in range(6) for j in range(i + 1, 6)]
+    fsa = sj.Fsa.from_arcs(arcs, final={4: 0.3, 5: -0.2}, dtype="float64")
+    hessian = lambda w: jax.jacrev(jax.grad(lambda v: sj.tot_score(fsa.replace(weight=v))))(w)
+    entropy_like = jax.grad(lambda w: jnp.sum(sj.arc_posteriors(fsa.replace(weight=w)) ** 2))
+    for fn in (hessian, entropy_like):
+        ours, scan = both_paths(fn, fsa.weight)
+        np.testing.assert_allclose(ours, scan, rtol=1e-10, atol=1e-12)
+    jax.test_util.check_grads(
+        lambda w: sj.tot_score(fsa.replace(weight=w)), (fsa.weight,), order=2, modes=("rev",)
+    )
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_terms_far_apart(dtype):
+    # In one level, one state's terms sit ~500 below another's: shifted by
+    # the level's best term they would underflow, so the kernel shifts that
+    # state by its own best term.
+    arcs = [(0, 1, 1, 0.0), (0, 2, 1, -500.0), (0, 2, 2, -501.0), (1, 3, 1, 0.0)]
+    arcs += [(2, 4, 1, 0.0), (0, 5, 1, -1e30), (0, 6, 1, -math.inf)]
+    final = {3: 0.0, 4: 0.0, 5: 0.0, 6: 0.0}
+    fsa = sj.Fsa.from_arcs(arcs, final, dtype=dtype)
+    data = (7, [(s, d, i, i, w) for s, d, i, w in arcs], final)
+    forward = np.asarray(sj.tot_score(fsa))
+    np.testing.assert_allclose(forward, oracles.brute_tot_score(*data, "log"), **TOL[dtype])
+    (ours, scan) = both_paths(lambda f: sj.arc_posteriors(f), fsa)
+    np.testing.assert_allclose(ours, scan, **TOL[dtype])
+    # Alone, state 2's arcs share its mass e^-500 : e^-501.
+    alone = sj.Fsa.from_arcs([*arcs[1:3], (2, 4, 1, 0.0)], {4: 0.0}, dtype=dtype)
+    share = np.asarray(sj.arc_posteriors(alone))[:2]
+    np.testing.assert_allclose(share, [1 / (1 + math.exp(-1)), 1 / (1 + math.exp(1))], rtol=1e-6)
+
+
+@pytest.mark.parametrize("semiring", ["log", "tropical"])
+def test_no_successful_path_has_zero_gradient(semiring):
+    fsa = sj.Fsa.from_arcs([(0, 1, 1, 0.5), (2, 3, 1, 0.1)], final={3: 0.0})
+    total, weight_grad, final_grad, _ = scores_and_gradients(fsa, SEMIRINGS[semiring])
+    assert total == -np.inf
+    assert np.all(np.asarray(weight_grad) == 0) and np.all(np.asarray(final_grad) == 0)
+
+
+def _run(code, env):
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+CHECK = """
+    import warnings
+    import semiring_jax as sj
+    from semiring_jax._src import kernels
+    fsa = sj.Fsa.from_arcs([(0, 1, 5, 0.0), (0, 1, 6, 0.0)], final=[1])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        print(kernels.enabled(), sj.arc_posteriors(fsa).tolist())
+    for warning in caught:
+        print("WARNING", warning.message)
+"""
+
+
+def test_switched_off_or_without_a_compiler_the_scan_serves(tmp_path):
+    off = _run(CHECK, {"SEMIRING_JAX_CPU_KERNELS": "0"})
+    assert off.stdout.splitlines() == ["False [0.5, 0.5]"]
+    missing = _run(
+        CHECK, {"CXX": "no-such-compiler", "SEMIRING_JAX_CACHE_DIR": str(tmp_path / "cache")}
+    )
+    lines = missing.stdout.splitlines()
+    assert lines[0] == "False [0.5, 0.5]"
+    assert "no C++ compiler found (tried 'no-such-compiler'" in lines[1]
+
+
+@pytest.mark.skipif(shutil.which(os.environ.get("CXX", "c++")) is None, reason="no compiler")
+def test_an_unwritable_home_falls_back_to_the_temporary_folder(tmp_path):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    env = {"HOME": str(blocked), "XDG_CACHE_HOME": "", "TMPDIR": str(tmp_path / "tmp")}
+    (tmp_path / "tmp").mkdir()
+    result = _run(CHECK, env)
+    assert result.stdout.splitlines() == ["True [0.5, 0.5]"]
+    assert [p.name for p in (tmp_path / "tmp").iterdir()] == [f"semiring_jax-{os.getuid()}"]
+
+
+@pytest.mark.skipif(shutil.which(os.environ.get("CXX", "c++")) is None, reason="no compiler")
+def test_builds_into_the_cache_dir(tmp_path):
+    cache = tmp_path / "cache"
+    built = _run(CHECK, {"SEMIRING_JAX_CACHE_DIR": str(cache)})
+    assert built.stdout.splitlines() == ["True [0.5, 0.5]"]
+    (library,) = cache.iterdir()
+    assert library.name.startswith("scores-") and library.suffix == ".so"
+    again = _run(CHECK, {"SEMIRING_JAX_CACHE_DIR": str(cache)})  # reuses it
+    assert again.stdout.splitlines() == ["True [0.5, 0.5]"]
+    assert list(cache.iterdir()) == [library]

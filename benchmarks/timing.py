@@ -1,4 +1,17 @@
-"""Timing helpers shared by the benchmark scripts (median of round-robin calls)."""
+"""Timing helpers shared by the benchmark scripts (median of round-robin calls).
+
+Two ways to time, both interleaving the contestants round by round so that
+machine drift hits all of them alike:
+
+* cold (`burst=1`): one call per contestant per round. Every call starts
+  right after the other contestants ran, with caches, branch predictors and
+  JAX's dispatch path cold. On the 2-core VM used here this adds about
+  0.1-0.5 ms to any JAX call, whatever its work: `jnp.ones(5000) * 2`
+  takes 8 us back-to-back and about 200 us after 5 ms of other Python work.
+* warm (`burst=k`): k back-to-back calls per contestant per round, the
+  first untimed: the steady state of a loop that calls the op repeatedly,
+  as a training step or a decoder does.
+"""
 
 from __future__ import annotations
 
@@ -20,14 +33,18 @@ class Reps:
     budget_s: float
 
 
-def interleaved_medians(contestants: dict[str, Callable[[], Any]], reps: Reps) -> dict[str, float]:
+def interleaved_medians(
+    contestants: dict[str, Callable[[], Any]], reps: Reps, burst: int = 1
+) -> dict[str, float]:
     """Median seconds per call of each contestant, timed round-robin.
 
     Each callable must block until its result is ready. One untimed warm-up
     call each first. Rounds interleave the contestants so that machine drift
     hits all of them alike; slow ones drop out when their budget is spent.
-    Each result is freed after its timing stops (freeing large outputs is
-    not the contestant's work) and before the next call.
+    With `burst` > 1, each contestant's turn is `burst` back-to-back calls,
+    the first untimed (see the module docstring). Each result is freed
+    after its timing stops (freeing large outputs is not the contestant's
+    work) and before the next call.
     """
     for fn in contestants.values():
         fn()
@@ -42,7 +59,13 @@ def interleaved_medians(contestants: dict[str, Callable[[], Any]], reps: Reps) -
     gc.collect()
     while not all(done(name) for name in contestants):
         for name, fn in contestants.items():
-            if not done(name):
+            if done(name):
+                continue
+            if burst > 1:
+                fn()  # the turn's untimed first call; its result is dropped at once
+            for _ in range(max(burst - 1, 1)):
+                if done(name):
+                    break
                 start = time.perf_counter()
                 out = fn()
                 samples[name].append(time.perf_counter() - start)

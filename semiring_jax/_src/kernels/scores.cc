@@ -29,11 +29,14 @@
 //   state), as recursions.py documents.
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -355,6 +358,41 @@ void TropicalBackwardOne(const Sizes& z, const T* final_weight, const int32_t* s
   }
 }
 
+// -- batches over threads -----------------------------------------------------
+
+// Batches smaller than this many arcs run on the calling thread: waking a
+// pool thread costs more than it saves.
+constexpr int64_t kParallelArcs = 16384;
+
+// Runs body(i) for i < n on the calling thread and XLA's intra-op pool.
+// Entries are claimed one at a time, so a pool thread that wakes late takes
+// fewer of them. The caller waits only for entries already claimed: a task
+// that starts after every entry is taken finds nothing to do and touches
+// only the shared counters (kept alive by its shared_ptr), never `body`.
+template <typename Body>
+void ForEntries(ffi::ThreadPool& pool, int64_t n, int64_t arcs_per_entry, const Body& body) {
+  const int64_t helpers = std::min<int64_t>(pool.num_threads(), n - 1);
+  if (helpers <= 0 || n * arcs_per_entry < kParallelArcs) {
+    for (int64_t i = 0; i < n; ++i) body(i);
+    return;
+  }
+  struct Counters {
+    std::atomic<int64_t> next{0};
+    std::atomic<int64_t> busy{0};
+  };
+  auto counters = std::make_shared<Counters>();
+  auto work = [counters, n, &body]() {
+    counters->busy.fetch_add(1);
+    for (int64_t i = counters->next.fetch_add(1); i < n; i = counters->next.fetch_add(1)) {
+      body(i);
+    }
+    counters->busy.fetch_sub(1);
+  };
+  for (int64_t h = 0; h < helpers; ++h) pool.Schedule(decltype(work)(work));  // a copy each
+  work();
+  while (counters->busy.load() > 0) std::this_thread::yield();
+}
+
 // -- FFI handlers: dtype dispatch and the loop over batch entries ------------
 
 template <typename T>
@@ -386,7 +424,7 @@ ffi::Error ForFloatType(const ffi::AnyBuffer& buffer, Body body) {
   }
 }
 
-ffi::Error LogForward(ffi::AnyBuffer weight, ffi::AnyBuffer final_weight,
+ffi::Error LogForward(ffi::ThreadPool pool, ffi::AnyBuffer weight, ffi::AnyBuffer final_weight,
                       ffi::AnyBuffer pos_state, ffi::AnyBuffer pull_end, ffi::AnyBuffer pull_arc,
                       ffi::AnyBuffer pull_src, ffi::Result<ffi::AnyBuffer> total,
                       ffi::Result<ffi::AnyBuffer> alpha, ffi::Result<ffi::AnyBuffer> local,
@@ -395,19 +433,19 @@ ffi::Error LogForward(ffi::AnyBuffer weight, ffi::AnyBuffer final_weight,
   if (auto error = GetSizes(weight, final_weight, &pos_state, &z); error.failure()) return error;
   return ForFloatType(weight, [&](auto zero) {
     using T = decltype(zero);
-    for (int64_t i = 0; i < z.n; ++i) {
+    ForEntries(pool, z.n, z.num_arcs, [&](int64_t i) {
       const Entry<T> e = EntryAt<T>(z, i, weight, final_weight, pos_state, pull_end, pull_arc,
                                     pull_src);
       total->typed_data<T>()[i] =
           LogForwardOne<T>(z, e, alpha->typed_data<T>() + i * z.num_states,
                            local->typed_data<T>() + i * z.num_arcs,
                            norm->typed_data<T>() + i * z.num_states);
-    }
+    });
     return ffi::Error::Success();
   });
 }
 
-ffi::Error LogBackward(ffi::AnyBuffer final_weight, ffi::AnyBuffer pos_state,
+ffi::Error LogBackward(ffi::ThreadPool pool, ffi::AnyBuffer final_weight, ffi::AnyBuffer pos_state,
                        ffi::AnyBuffer pull_end, ffi::AnyBuffer pull_arc, ffi::AnyBuffer pull_src,
                        ffi::AnyBuffer alpha, ffi::AnyBuffer local, ffi::AnyBuffer norm,
                        ffi::AnyBuffer total, ffi::Result<ffi::AnyBuffer> arc_grad,
@@ -416,7 +454,7 @@ ffi::Error LogBackward(ffi::AnyBuffer final_weight, ffi::AnyBuffer pos_state,
   if (auto error = GetSizes(local, final_weight, &pos_state, &z); error.failure()) return error;
   return ForFloatType(final_weight, [&](auto zero) {
     using T = decltype(zero);
-    for (int64_t i = 0; i < z.n; ++i) {
+    ForEntries(pool, z.n, z.num_arcs, [&](int64_t i) {
       // `local` stands in for the weights, which the backward does not read.
       const Entry<T> e =
           EntryAt<T>(z, i, local, final_weight, pos_state, pull_end, pull_arc, pull_src);
@@ -425,12 +463,12 @@ ffi::Error LogBackward(ffi::AnyBuffer final_weight, ffi::AnyBuffer pos_state,
                         norm.typed_data<T>() + i * z.num_states, total.typed_data<T>()[i],
                         arc_grad->typed_data<T>() + i * z.num_arcs,
                         final_grad->typed_data<T>() + i * z.num_states);
-    }
+    });
     return ffi::Error::Success();
   });
 }
 
-ffi::Error TropicalForward(ffi::AnyBuffer weight, ffi::AnyBuffer final_weight,
+ffi::Error TropicalForward(ffi::ThreadPool pool, ffi::AnyBuffer weight, ffi::AnyBuffer final_weight,
                            ffi::AnyBuffer pos_state, ffi::AnyBuffer pull_end,
                            ffi::AnyBuffer pull_arc, ffi::AnyBuffer pull_src,
                            ffi::Result<ffi::AnyBuffer> total, ffi::Result<ffi::AnyBuffer> alpha,
@@ -439,32 +477,32 @@ ffi::Error TropicalForward(ffi::AnyBuffer weight, ffi::AnyBuffer final_weight,
   if (auto error = GetSizes(weight, final_weight, &pos_state, &z); error.failure()) return error;
   return ForFloatType(weight, [&](auto zero) {
     using T = decltype(zero);
-    for (int64_t i = 0; i < z.n; ++i) {
+    ForEntries(pool, z.n, z.num_arcs, [&](int64_t i) {
       const Entry<T> e = EntryAt<T>(z, i, weight, final_weight, pos_state, pull_end, pull_arc,
                                     pull_src);
       total->typed_data<T>()[i] =
           TropicalForwardOne<T>(z, e, alpha->typed_data<T>() + i * z.num_states,
                                 choice->typed_data<int32_t>() + i * z.num_states);
-    }
+    });
     return ffi::Error::Success();
   });
 }
 
-ffi::Error TropicalBackward(ffi::AnyBuffer final_weight, ffi::AnyBuffer src, ffi::AnyBuffer alpha,
+ffi::Error TropicalBackward(ffi::ThreadPool pool, ffi::AnyBuffer final_weight, ffi::AnyBuffer src, ffi::AnyBuffer alpha,
                             ffi::AnyBuffer choice, ffi::Result<ffi::AnyBuffer> arc_grad,
                             ffi::Result<ffi::AnyBuffer> final_grad) {
   Sizes z;
   if (auto error = GetSizes(src, final_weight, nullptr, &z); error.failure()) return error;
   return ForFloatType(final_weight, [&](auto zero) {
     using T = decltype(zero);
-    for (int64_t i = 0; i < z.n; ++i) {
+    ForEntries(pool, z.n, z.num_states, [&](int64_t i) {
       TropicalBackwardOne<T>(z, final_weight.typed_data<T>() + i * z.num_states,
                              src.typed_data<int32_t>() + i * z.num_arcs,
                              alpha.typed_data<T>() + i * z.num_states,
                              choice.typed_data<int32_t>() + i * z.num_states,
                              arc_grad->typed_data<T>() + i * z.num_arcs,
                              final_grad->typed_data<T>() + i * z.num_states);
-    }
+    });
     return ffi::Error::Success();
   });
 }
@@ -473,6 +511,7 @@ ffi::Error TropicalBackward(ffi::AnyBuffer final_weight, ffi::AnyBuffer src, ffi
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SjLogForward, LogForward,
                               ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()  // weight [N, A]
                                   .Arg<ffi::AnyBuffer>()  // final_weight [N, S]
                                   .Arg<ffi::AnyBuffer>()  // pos_state [N, L, W]
@@ -486,6 +525,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SjLogForward, LogForward,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SjLogBackward, LogBackward,
                               ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()  // final_weight [N, S]
                                   .Arg<ffi::AnyBuffer>()  // pos_state [N, L, W]
                                   .Arg<ffi::AnyBuffer>()  // pull_end [N, L, W]
@@ -500,6 +540,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SjLogBackward, LogBackward,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SjTropicalForward, TropicalForward,
                               ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()  // weight [N, A]
                                   .Arg<ffi::AnyBuffer>()  // final_weight [N, S]
                                   .Arg<ffi::AnyBuffer>()  // pos_state [N, L, W]
@@ -512,6 +553,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SjTropicalForward, TropicalForward,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SjTropicalBackward, TropicalBackward,
                               ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()  // final_weight [N, S]
                                   .Arg<ffi::AnyBuffer>()  // src [N, A]
                                   .Arg<ffi::AnyBuffer>()  // alpha [N, S]

@@ -247,3 +247,24 @@ def test_builds_into_the_cache_dir(tmp_path):
     again = _run(CHECK, {"SEMIRING_JAX_CACHE_DIR": str(cache)})  # reuses it
     assert again.stdout.splitlines() == ["True [0.5, 0.5]"]
     assert list(cache.iterdir()) == [library]
+
+
+@pytest.mark.parametrize("semiring", ["log", "tropical"])
+def test_large_batches_split_between_threads_match_the_scan(semiring):
+    # Over the kernels' threshold (16,384 arcs in all), so the entries are
+    # shared between the calling thread and XLA's pool.
+    rng = np.random.default_rng(2)
+    fsas = []
+    for _ in range(6):
+        num_states = 300
+        src = rng.integers(0, num_states - 1, 4000)
+        dst = np.minimum(src + rng.integers(1, 20, 4000), num_states - 1)
+        arcs = [(int(s), int(d), 1, float(w)) for s, d, w in zip(src, dst, rng.normal(size=4000))]
+        fsas.append(sj.Fsa.from_arcs(arcs, final={num_states - 1: 0.0}, dtype="float64"))
+    batch = sj.stack(fsas)
+    ours, scan = both_paths(scores_and_gradients, batch, SEMIRINGS[semiring])
+    for mine, theirs in zip(ours, scan):
+        if semiring == "tropical":
+            np.testing.assert_array_equal(mine, theirs)
+        else:
+            np.testing.assert_allclose(mine, theirs, rtol=1e-9, atol=1e-12)

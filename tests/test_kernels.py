@@ -7,6 +7,7 @@ same best path, ties included) and second derivatives.
 """
 
 import contextlib
+import functools
 import math
 import os
 import shutil
@@ -268,3 +269,95 @@ def test_large_batches_split_between_threads_match_the_scan(semiring):
             np.testing.assert_array_equal(mine, theirs)
         else:
             np.testing.assert_allclose(mine, theirs, rtol=1e-9, atol=1e-12)
+
+
+# -- the CTC loss kernel -------------------------------------------------------
+
+
+@functools.partial(jax.jit, static_argnums=4)
+def scan_ctc(log_probs, input_lengths, labels, label_lengths, blank):
+    """The loss and its gradient by the portable scan, as the kernels-off path."""
+    from semiring_jax._src import ctc
+
+    def total(lp):
+        loss = ctc._scan_loss(lp, input_lengths, labels, label_lengths, blank)
+        return loss, jnp.sum(jnp.where(jnp.isinf(loss), 0.0, loss))
+
+    loss, _ = total(log_probs)
+    grad = jax.grad(lambda lp: total(lp)[1])(log_probs)
+    return loss, grad
+
+
+@functools.partial(jax.jit, static_argnums=4)
+def kernel_ctc(log_probs, input_lengths, labels, label_lengths, blank):
+    loss = sj.ctc_loss(log_probs, input_lengths, labels, label_lengths, blank)
+    grad = jax.grad(
+        lambda lp: jnp.sum(
+            sj.ctc_loss(lp, input_lengths, labels, label_lengths, blank, zero_infinity=True)
+        )
+    )(log_probs)
+    return loss, grad
+
+
+@st.composite
+def ctc_inputs(draw):
+    """Fixed shapes (one compile per dtype and blank), random contents:
+    lengths from 0 (no frames, no labels) to infeasible, repeats, scales."""
+    batch, frames, vocab, max_labels = 3, 9, 5, 5
+    blank = draw(st.sampled_from([0, vocab - 1]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    others = [v for v in range(vocab) if v != blank]
+    labels = rng.choice(others, (batch, max_labels))
+    if draw(st.booleans()):
+        labels[:, 1] = labels[:, 0]  # a repeat: needs a blank between
+    label_lengths = rng.integers(0, max_labels + 1, batch)
+    input_lengths = rng.integers(0, frames + 1, batch)
+    scale = draw(st.sampled_from([0.1, 1.0, 10.0]))
+    logits = rng.normal(size=(batch, frames, vocab)) * scale
+    return (
+        logits,
+        input_lengths.astype(np.int32),
+        labels.astype(np.int32),
+        label_lengths.astype(np.int32),
+        blank,
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(inputs=ctc_inputs(), dtype=st.sampled_from(["float32", "float64"]))
+def test_ctc_kernel_matches_the_scan(inputs, dtype):
+    logits, input_lengths, labels, label_lengths, blank = inputs
+    log_probs = jax.nn.log_softmax(jnp.asarray(logits, dtype))
+    args = (log_probs, jnp.asarray(input_lengths), jnp.asarray(labels), jnp.asarray(label_lengths))
+    loss, grad = (np.asarray(x) for x in kernel_ctc(*args, blank))
+    scan_loss, scan_grad = (np.asarray(x) for x in scan_ctc(*args, blank))
+    tol = TOL[dtype]
+    np.testing.assert_array_equal(np.isinf(loss), np.isinf(scan_loss))
+    finite = ~np.isinf(loss)
+    np.testing.assert_allclose(loss[finite], scan_loss[finite], rtol=tol["rtol"], atol=1e-5)
+    np.testing.assert_allclose(grad, scan_grad, rtol=tol["rtol"], atol=1e-5)
+    assert loss.dtype == dtype and np.all(loss >= 0)
+    assert np.all(grad[np.isinf(loss)] == 0)  # infeasible: exactly 0
+    for b, length in enumerate(input_lengths):
+        assert np.all(grad[b, length:] == 0)  # past the length: exactly 0
+
+
+def test_ctc_kernel_is_used_and_its_second_derivatives_are_the_scans():
+    rng = np.random.default_rng(3)
+    log_probs = jax.nn.log_softmax(jnp.asarray(rng.normal(size=(2, 7, 4)), jnp.float64))
+    args = (
+        jnp.asarray([7, 5], jnp.int32),
+        jnp.asarray([[1, 2, 2], [3, 1, 0]], jnp.int32),
+        jnp.asarray([3, 2], jnp.int32),
+    )
+    text = jax.jit(lambda lp: sj.ctc_loss(lp, *args)).lower(log_probs).as_text()
+    assert "semiring_jax_ctc_forward" in text
+    hessian_like = jax.grad(
+        lambda lp: jnp.sum(jax.grad(lambda x: jnp.sum(sj.ctc_loss(x, *args) ** 2))(lp) ** 2)
+    )
+    ours, scan = both_paths(hessian_like, log_probs)
+    np.testing.assert_allclose(ours, scan, rtol=1e-9, atol=1e-12)
+    # vmap over a leading axis runs the kernel once per row.
+    stacked = jnp.stack([log_probs, log_probs * 1.5])
+    vmapped = jax.vmap(lambda lp: sj.ctc_loss(lp, *args))(stacked)
+    np.testing.assert_allclose(vmapped[1], sj.ctc_loss(stacked[1], *args), rtol=1e-12)

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 from jax.typing import DTypeLike
 
-from semiring_jax._src import checks, dense_recursion
+from semiring_jax._src import checks, cpu_ctc, dense_recursion
 from semiring_jax._src.dense import best_columns, check_emissions, check_lengths, dtype_of
 from semiring_jax._src.dense_recursion import Slots
 from semiring_jax._src.fsa import Fsa
@@ -287,15 +287,15 @@ def _state_emissions(log_probs: jax.Array, tokens: jax.Array) -> jax.Array:
     return jax.vmap(lambda e, t: jnp.take(e.T, t, axis=0).T, out_axes=1)(log_probs, tokens)
 
 
-@functools.partial(jax.jit, static_argnames=("blank", "zero_infinity"))
-def _ctc_loss(
+def _scan_loss(
     log_probs: jax.Array,
     input_lengths: jax.Array,
     labels: jax.Array,
     label_lengths: jax.Array,
     blank: int,
-    zero_infinity: bool,
 ) -> jax.Array:
+    """The loss [B] by the portable dense scan (any backend)."""
+
     def one_utterance(
         slots: Slots,
         slot_weight: jax.Array,
@@ -311,7 +311,44 @@ def _ctc_loss(
     totals = _ctc_totals(log_probs, input_lengths, labels, label_lengths, blank, one_utterance)
     loss = jnp.zeros_like(totals) - totals  # +0.0, not -0.0, for a certain alignment
     # Rounding can push a certain alignment's log-probability just above 0.
-    loss = jnp.where(loss < 0, jnp.zeros_like(loss), loss)
+    return jnp.where(loss < 0, jnp.zeros_like(loss), loss)
+
+
+@functools.cache
+def _scan_gradient(blank: int) -> cpu_ctc.Reference:
+    """The scan's gradient, (log_probs, lengths, labels, label_lengths,
+    cotangent [B]) -> [B, T, V]: what the kernel's gradient differentiates
+    by (cached per blank, so traces share it)."""
+
+    def gradient(
+        log_probs: jax.Array,
+        input_lengths: jax.Array,
+        labels: jax.Array,
+        label_lengths: jax.Array,
+        cotangent: jax.Array,
+    ) -> jax.Array:
+        _, pullback = jax.vjp(
+            lambda lp: _scan_loss(lp, input_lengths, labels, label_lengths, blank), log_probs
+        )
+        return pullback(cotangent)[0]
+
+    return gradient
+
+
+@functools.partial(jax.jit, static_argnames=("blank", "zero_infinity"))
+def _ctc_loss(
+    log_probs: jax.Array,
+    input_lengths: jax.Array,
+    labels: jax.Array,
+    label_lengths: jax.Array,
+    blank: int,
+    zero_infinity: bool,
+) -> jax.Array:
+    args = (log_probs, input_lengths, labels, label_lengths)
+    if cpu_ctc.usable(log_probs):
+        loss = cpu_ctc.ctc_loss(blank, _scan_gradient(blank), *args)
+    else:
+        loss = _scan_loss(*args, blank)
     if zero_infinity:
         loss = jnp.where(jnp.isinf(loss), jnp.zeros_like(loss), loss)
     return loss

@@ -1,14 +1,17 @@
-"""Compiled CPU kernels for the score recursions (XLA FFI), built on first use.
+"""Compiled CPU kernels (XLA FFI), built on first use.
 
-`scores.cc` holds XLA FFI handlers that run the forward and backward
-recursions of acyclic Fsas in one pass over the arcs (see its header). It is
+`scores.cc` runs the forward and backward recursions of acyclic Fsas in one
+pass over the arcs (`tot_score`, `arc_posteriors`); `ctc.cc` runs the CTC
+loss's forward-backward over each utterance's band (`ctc_loss`); `common.h`
+holds their SIMD exp and log and their use of XLA's CPU threads. They are
 compiled once per machine, jaxlib version and source text with the C++
-compiler (`$CXX`, else `c++`) against the FFI headers that ship with the
-installed jaxlib, so the handlers always match the runtime they are loaded
-into. The library is cached under `$SEMIRING_JAX_CACHE_DIR`, else
+compiler (`$CXX`, else `c++`), for the building CPU (`-march=native`, and
+without it if the compiler refuses), against the FFI headers that ship with
+the installed jaxlib, so the handlers always match the runtime they are
+loaded into. The library is cached under `$SEMIRING_JAX_CACHE_DIR`, else
 `$XDG_CACHE_HOME/semiring_jax` or `~/.cache/semiring_jax`, or where that
 cannot be written, `semiring_jax-<uid>` in the temporary directory; a
-compile takes about 3 s.
+compile takes about 5 s.
 
 They serve a single CPU device. Where no compiler is found, or the build
 fails, `enabled()` is False (with one warning saying why) and every op uses
@@ -34,17 +37,25 @@ import jax
 
 __all__ = ["TARGETS", "enabled"]
 
-_SOURCE = Path(__file__).with_name("scores.cc")
+_HERE = Path(__file__).parent
+_SOURCES = (_HERE / "scores.cc", _HERE / "ctc.cc")
+_HEADERS = (_HERE / "common.h",)
 
-# FFI target name -> exported handler symbol in scores.cc.
+# FFI target name -> exported handler symbol (scores.cc, ctc.cc).
 TARGETS = {
     "semiring_jax_log_forward": "SjLogForward",
     "semiring_jax_log_backward": "SjLogBackward",
     "semiring_jax_tropical_forward": "SjTropicalForward",
     "semiring_jax_tropical_backward": "SjTropicalBackward",
+    "semiring_jax_ctc_forward": "SjCtcForward",
+    "semiring_jax_ctc_backward": "SjCtcBackward",
 }
 
 _FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-w", "-fno-math-errno", "-fno-trapping-math")
+# Tuned for the building machine's CPU (AVX2 etc.): the library is cached
+# per machine (the CPU's flags are part of its name), and is built without
+# it where the compiler refuses the flag.
+_NATIVE = "-march=native"
 
 
 class _CompileError(OSError):
@@ -72,17 +83,31 @@ def _compiler() -> str:
     return path
 
 
+def _cpu_signature() -> bytes:
+    """What the CPU supports, so that a cache shared between machines never
+    hands a library built for one CPU to another."""
+    try:
+        with open("/proc/cpuinfo", "rb") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith((b"flags", b"Features")):
+                    return line
+    except OSError:
+        pass
+    return platform.processor().encode()
+
+
 def _library_name(compiler: str) -> str:
     """The file name of the library built from this source, compiler and jaxlib."""
     import jaxlib
 
     key = hashlib.sha256()
     for part in (
-        _SOURCE.read_bytes(),
+        *(path.read_bytes() for path in (*_SOURCES, *_HEADERS)),
         jaxlib.__version__.encode(),
         compiler.encode(),
-        " ".join(_FLAGS).encode(),
+        " ".join((*_FLAGS, _NATIVE)).encode(),
         platform.machine().encode(),
+        _cpu_signature(),
     ):
         key.update(part)
         key.update(b"\0")
@@ -95,9 +120,20 @@ def _build(compiler: str, target: Path) -> None:
     # never load a half-written file.
     handle, partial = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(handle)
-    command = [compiler, *_FLAGS, f"-I{jax.ffi.include_dir()}", str(_SOURCE), "-o", partial]
+    command = [
+        compiler,
+        *_FLAGS,
+        _NATIVE,
+        f"-I{jax.ffi.include_dir()}",
+        *(str(path) for path in _SOURCES),
+        "-o",
+        partial,
+    ]
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        if result.returncode != 0:  # perhaps -march=native: once more without
+            command.remove(_NATIVE)
+            result = subprocess.run(command, capture_output=True, text=True, timeout=300)
         if result.returncode != 0:
             raise _CompileError(f"{' '.join(command)} failed:\n{result.stderr[-2000:]}")
         os.replace(partial, target)

@@ -39,9 +39,7 @@
 #include <thread>
 #include <vector>
 
-#include "xla/ffi/api/ffi.h"
-
-namespace ffi = xla::ffi;
+#include "common.h"
 
 namespace {
 
@@ -53,9 +51,7 @@ struct Sizes {
   int64_t width = 0;       // W
 };
 
-ffi::Error Fail(const char* what) {
-  return ffi::Error::InvalidArgument(std::string("semiring_jax score kernel: ") + what);
-}
+ffi::Error Fail(const char* what) { return FailIn("score kernel", what); }
 
 // Sizes from the trailing dimensions of weight [.., A], final [.., S] and
 // pos_state [.., L, W]; N from final's element count.
@@ -75,52 +71,6 @@ ffi::Error GetSizes(const ffi::AnyBuffer& arcs, const ffi::AnyBuffer& final_weig
     z->width = p.back();
   }
   return ffi::Error::Success();
-}
-
-template <typename T>
-constexpr T kNegInf = -std::numeric_limits<T>::infinity();
-
-// exp(x) for float without a libm call: Cephes' expf polynomial (relative
-// error below 2e-7, about libm's) after x = n ln 2 + r, written on 4-lane
-// GCC/Clang vector types so that it is SIMD on any target. Exactly 0 below
-// -86 (below, results would be subnormal, which the CPU computes slowly),
-// so -inf (the semiring zero) gives weight 0; NaN stays NaN.
-typedef float Floats4 __attribute__((vector_size(16)));
-typedef int32_t Ints4 __attribute__((vector_size(16)));
-
-inline Floats4 Splat(float value) { return Floats4{value, value, value, value}; }
-
-inline Floats4 FastExp4(Floats4 x) {
-  const Floats4 low = Splat(-86.0f), high = Splat(88.0f);
-  Floats4 clamped = x < low ? low : x;
-  clamped = clamped > high ? high : clamped;
-  const Floats4 v = clamped * 1.44269504088896341f + 0.5f;
-  // floor by truncation (v > -127 here)
-  const Floats4 truncated = __builtin_convertvector(__builtin_convertvector(v, Ints4), Floats4);
-  const Floats4 n = truncated > v ? truncated - 1.0f : truncated;
-  Floats4 r = clamped - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  const Floats4 r2 = r * r;
-  Floats4 y = Splat(1.9875691500e-4f);
-  y = y * r + 1.3981999507e-3f;
-  y = y * r + 8.3334519073e-3f;
-  y = y * r + 4.1665795894e-2f;
-  y = y * r + 1.6666665459e-1f;
-  y = y * r + 5.0000001201e-1f;
-  y = y * r2 + r + 1.0f;
-  const Ints4 bits = (__builtin_convertvector(n, Ints4) + 127) << 23;
-  Floats4 scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  const Floats4 result = y * scale;
-  return x < low ? Splat(0.0f) : result;  // NaN < low is false: NaN stays
-}
-
-inline float FastExp(float x) { return FastExp4(Splat(x))[0]; }
-
-inline Floats4 Load4(const float* p) {
-  Floats4 v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
 }
 
 // out[i] = exp(in[i] - shift[i]) for i < n, four lanes at a time.
@@ -356,41 +306,6 @@ void TropicalBackwardOne(const Sizes& z, const T* final_weight, const int32_t* s
     s = src[a];
     if (!IsState(static_cast<int32_t>(s), S)) break;
   }
-}
-
-// -- batches over threads -----------------------------------------------------
-
-// Batches smaller than this many arcs run on the calling thread: waking a
-// pool thread costs more than it saves.
-constexpr int64_t kParallelArcs = 16384;
-
-// Runs body(i) for i < n on the calling thread and XLA's intra-op pool.
-// Entries are claimed one at a time, so a pool thread that wakes late takes
-// fewer of them. The caller waits only for entries already claimed: a task
-// that starts after every entry is taken finds nothing to do and touches
-// only the shared counters (kept alive by its shared_ptr), never `body`.
-template <typename Body>
-void ForEntries(ffi::ThreadPool& pool, int64_t n, int64_t arcs_per_entry, const Body& body) {
-  const int64_t helpers = std::min<int64_t>(pool.num_threads(), n - 1);
-  if (helpers <= 0 || n * arcs_per_entry < kParallelArcs) {
-    for (int64_t i = 0; i < n; ++i) body(i);
-    return;
-  }
-  struct Counters {
-    std::atomic<int64_t> next{0};
-    std::atomic<int64_t> busy{0};
-  };
-  auto counters = std::make_shared<Counters>();
-  auto work = [counters, n, &body]() {
-    counters->busy.fetch_add(1);
-    for (int64_t i = counters->next.fetch_add(1); i < n; i = counters->next.fetch_add(1)) {
-      body(i);
-    }
-    counters->busy.fetch_sub(1);
-  };
-  for (int64_t h = 0; h < helpers; ++h) pool.Schedule(decltype(work)(work));  // a copy each
-  work();
-  while (counters->busy.load() > 0) std::this_thread::yield();
 }
 
 // -- FFI handlers: dtype dispatch and the loop over batch entries ------------

@@ -1,0 +1,152 @@
+// Shared by the CPU kernels: SIMD exp and log on 4-lane vectors, and a
+// loop over batch entries that uses XLA's intra-op thread pool.
+
+#ifndef SEMIRING_JAX_KERNELS_COMMON_H_
+#define SEMIRING_JAX_KERNELS_COMMON_H_
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+inline ffi::Error FailIn(const char* kernel, const char* what) {
+  return ffi::Error::InvalidArgument(std::string("semiring_jax ") + kernel + ": " + what);
+}
+
+template <typename T>
+constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+
+// exp(x) for float without a libm call: Cephes' expf polynomial (relative
+// error below 2e-7, about libm's) after x = n ln 2 + r, written on 4-lane
+// GCC/Clang vector types so that it is SIMD on any target. Exactly 0 below
+// -86 (below, results would be subnormal, which the CPU computes slowly),
+// so -inf (the semiring zero) gives weight 0; NaN stays NaN.
+typedef float Floats4 __attribute__((vector_size(16)));
+typedef int32_t Ints4 __attribute__((vector_size(16)));
+typedef float Floats8 __attribute__((vector_size(32)));
+typedef int32_t Ints8 __attribute__((vector_size(32)));
+
+inline Floats4 Splat(float value) { return Floats4{value, value, value, value}; }
+
+// exp on any float vector type F with the int vector type I of its size.
+template <typename F, typename I>
+inline F FastExpV(F x) {
+  const F low = F{} - 86.0f, high = F{} + 88.0f;
+  F clamped = x < low ? low : x;
+  clamped = clamped > high ? high : clamped;
+  const F v = clamped * 1.44269504088896341f + 0.5f;
+  // floor by truncation (v > -127 here)
+  const F truncated = __builtin_convertvector(__builtin_convertvector(v, I), F);
+  const F n = truncated > v ? truncated - 1.0f : truncated;
+  F r = clamped - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  const F r2 = r * r;
+  F y = r * 1.9875691500e-4f + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * r2 + r + 1.0f;
+  const I bits = (__builtin_convertvector(n, I) + 127) << 23;
+  F scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  const F result = y * scale;
+  return x < low ? F{} : result;  // NaN < low is false: NaN stays
+}
+
+inline Floats4 FastExp4(Floats4 x) { return FastExpV<Floats4, Ints4>(x); }
+inline Floats8 FastExp8(Floats8 x) { return FastExpV<Floats8, Ints8>(x); }
+
+inline float FastExp(float x) { return FastExp4(Splat(x))[0]; }
+
+inline Floats4 Load4(const float* p) {
+  Floats4 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+inline void Store4(float* p, Floats4 v) { std::memcpy(p, &v, sizeof(v)); }
+
+// log(x) for float vectors: Cephes' logf polynomial (relative error below
+// 2e-7) after x = m 2^e with m in [sqrt(1/2), sqrt(2)). For finite x > 0
+// only (callers pass sums in [1, 3]); NaN stays NaN.
+template <typename F, typename I>
+inline F FastLogV(F x) {
+  I bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  I exponent = ((bits >> 23) & 0xff) - 126;
+  const I mantissa_bits = (bits & 0x007fffff) | 0x3f000000;  // m in [0.5, 1)
+  F m;
+  std::memcpy(&m, &mantissa_bits, sizeof(m));
+  const auto small = m < 0.70710678118654752440f;
+  exponent = small ? exponent - 1 : exponent;
+  m = small ? m + m - 1.0f : m - 1.0f;
+  const F e = __builtin_convertvector(exponent, F);
+  const F z = m * m;
+  F y = m * 7.0376836292e-2f - 1.1514610310e-1f;
+  y = y * m + 1.1676998740e-1f;
+  y = y * m - 1.2420140846e-1f;
+  y = y * m + 1.4249322787e-1f;
+  y = y * m - 1.6668057665e-1f;
+  y = y * m + 2.0000714765e-1f;
+  y = y * m - 2.4999993993e-1f;
+  y = y * m + 3.3333331174e-1f;
+  y = y * m * z;
+  y = y + e * -2.12194440e-4f;
+  y = y - z * 0.5f;
+  return m + y + e * 0.693359375f;
+}
+
+inline Floats4 FastLog4(Floats4 x) { return FastLogV<Floats4, Ints4>(x); }
+inline Floats8 FastLog8(Floats8 x) { return FastLogV<Floats8, Ints8>(x); }
+
+// -- batches over threads -----------------------------------------------------
+
+// Batches smaller than this many arcs run on the calling thread: waking a
+// pool thread costs more than it saves.
+constexpr int64_t kParallelArcs = 16384;
+
+// Runs body(i) for i < n on the calling thread and XLA's intra-op pool.
+// Entries are claimed one at a time, so a pool thread that wakes late takes
+// fewer of them. The caller waits only for entries already claimed: a task
+// that starts after every entry is taken finds nothing to do and touches
+// only the shared counters (kept alive by its shared_ptr), never `body`.
+template <typename Body>
+void ForEntries(ffi::ThreadPool& pool, int64_t n, int64_t arcs_per_entry, const Body& body) {
+  const int64_t helpers = std::min<int64_t>(pool.num_threads(), n - 1);
+  if (helpers <= 0 || n * arcs_per_entry < kParallelArcs) {
+    for (int64_t i = 0; i < n; ++i) body(i);
+    return;
+  }
+  struct Counters {
+    std::atomic<int64_t> next{0};
+    std::atomic<int64_t> busy{0};
+  };
+  auto counters = std::make_shared<Counters>();
+  auto work = [counters, n, &body]() {
+    counters->busy.fetch_add(1);
+    for (int64_t i = counters->next.fetch_add(1); i < n; i = counters->next.fetch_add(1)) {
+      body(i);
+    }
+    counters->busy.fetch_sub(1);
+  };
+  for (int64_t h = 0; h < helpers; ++h) pool.Schedule(decltype(work)(work));  // a copy each
+  work();
+  while (counters->busy.load() > 0) std::this_thread::yield();
+}
+
+}  // namespace
+
+#endif  // SEMIRING_JAX_KERNELS_COMMON_H_

@@ -76,7 +76,7 @@ def draw(results: dict[str, Any], path: pathlib.Path = PICTURE) -> None:
                 linewidth=1,
             )
         if ratio >= 1.0:
-            axes.text(highest * 1.1, position, f"{ratio:.2g}× faster", va="center", fontsize=8)
+            axes.text(highest * 1.1, position, f"{ratio:.3g}× faster", va="center", fontsize=8)
         else:
             slower = (
                 f"{1 / highest:.3g}–{1 / lowest:.3g}" if highest > lowest else f"{1 / ratio:.2g}"
@@ -85,7 +85,7 @@ def draw(results: dict[str, Any], path: pathlib.Path = PICTURE) -> None:
                 lowest / 1.1, position, f"{slower}× slower", va="center", ha="right", fontsize=8
             )
     axes.set_xscale("log")
-    axes.set_xlim(0.0004, 100)
+    axes.set_xlim(0.0004, 2000)
     axes.axvline(1.0, color="black", linewidth=1)
     axes.set_yticks(positions, [label for _, label, _, _, _ in bars], fontsize=8)
     axes.set_xlabel("peer time / our time (log scale): right of 1 we are faster")

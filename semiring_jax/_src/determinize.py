@@ -8,6 +8,9 @@ back to the input's weights.
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -22,7 +25,7 @@ __all__ = ["determinize"]
 
 
 def _segment_plus(
-    values: jax.Array, segments: np.ndarray, num_segments: int, semiring: Semiring
+    values: jax.Array, segments: jax.Array | np.ndarray, num_segments: int, semiring: Semiring
 ) -> jax.Array:
     """⊕ of `values` by segment; the semiring's zero (-inf) for an empty one."""
     top = jax.ops.segment_max(values, segments, num_segments)
@@ -33,6 +36,42 @@ def _segment_plus(
     total = jax.ops.segment_sum(jnp.exp(values - safe_top[segments]), segments, num_segments)
     nonempty = total > 0
     return jnp.where(nonempty, jnp.log(jnp.where(nonempty, total, 1)), -jnp.inf) + safe_top
+
+
+@functools.partial(jax.jit, static_argnames=("semiring", "sizes"))
+def _weights(
+    semiring: Semiring,
+    sizes: tuple[Any, ...],
+    weight: jax.Array,
+    final_weight: jax.Array,
+    depths: list[tuple[jax.Array, ...]],
+    members: tuple[jax.Array, jax.Array, jax.Array],
+) -> tuple[jax.Array, jax.Array]:
+    """Arc weights [A'] and final weights [S'] of the result, depth by depth
+    in one compiled program (the tables are arguments, their sizes static:
+    one compile serves every call on the same structure's sizes)."""
+    num_residuals, num_states, depth_sizes = sizes
+    residuals = jnp.zeros(num_residuals + 1, weight.dtype)  # the last one is one
+    arc_weights = []
+    for (term_residual, term_arc, term_slot, slot_transition, slot_residual), (
+        num_slots,
+        num_transitions,
+    ) in zip(depths, depth_sizes):
+        terms = residuals[term_residual] + weight[term_arc]
+        values = _segment_plus(terms, term_slot, num_slots, semiring)
+        total = _segment_plus(values, slot_transition, num_transitions, semiring)
+        arc_weights.append(total)
+        found = jnp.isfinite(total)[slot_transition]
+        shift = jnp.where(found, total[slot_transition], 0)
+        residual = jnp.where(found, values - shift, -jnp.inf)
+        # Singleton slots (-1) write past the end, where mode="drop" ignores them.
+        residuals = residuals.at[
+            jnp.where(slot_residual >= 0, slot_residual, num_residuals + 1)
+        ].set(residual, mode="drop")
+    arc_weight = jnp.concatenate(arc_weights) if arc_weights else jnp.zeros(0, weight.dtype)
+    member_state, member_input, member_residual = members
+    final_terms = residuals[member_residual] + final_weight[member_input]
+    return arc_weight, _segment_plus(final_terms, member_state, num_states, semiring)
 
 
 def determinize(fsa: Fsa, semiring: Semiring = LOG, *, max_states: int = 100_000) -> Fsa:
@@ -86,26 +125,34 @@ def determinize(fsa: Fsa, semiring: Semiring = LOG, *, max_states: int = 100_000
             f"singleton subsets are merged (weight-independent), so a cyclic input whose "
             f"cycles keep making new subsets would never stop"
         ) from None
-    dtype = fsa.dtype
     real = np.flatnonzero(np.asarray(fsa.arc_mask))
-    weight = jnp.asarray(fsa.weight)[real]
-    residuals = jnp.zeros(tables.num_residuals + 1, dtype)  # the last one is one
-    arc_weights = []
-    for depth in tables.depths:
-        terms = residuals[depth.term_residual] + weight[depth.term_arc]
-        values = _segment_plus(terms, depth.term_slot, depth.slot_transition.shape[0], semiring)
-        total = _segment_plus(values, depth.slot_transition, depth.num_transitions, semiring)
-        arc_weights.append(total)
-        found = jnp.isfinite(total)[depth.slot_transition]
-        shift = jnp.where(found, total[depth.slot_transition], 0)
-        residual = jnp.where(found, values - shift, -jnp.inf)
-        new = depth.slot_residual >= 0
-        residuals = residuals.at[depth.slot_residual[new]].set(residual[new])
-    arc_weight = jnp.concatenate(arc_weights) if arc_weights else jnp.zeros(0, dtype)
-    final_terms = (
-        residuals[tables.member_residual] + jnp.asarray(fsa.final_weight)[tables.member_input]
+    depths = [
+        (
+            depth.term_residual.astype(np.int32),
+            depth.term_arc.astype(np.int32),
+            depth.term_slot.astype(np.int32),
+            depth.slot_transition.astype(np.int32),
+            depth.slot_residual.astype(np.int32),
+        )
+        for depth in tables.depths
+    ]
+    sizes = (
+        tables.num_residuals,
+        tables.num_states,
+        tuple((d.slot_transition.shape[0], d.num_transitions) for d in tables.depths),
     )
-    final_weight = _segment_plus(final_terms, tables.member_state, tables.num_states, semiring)
+    members = tuple(
+        m.astype(np.int32)
+        for m in (tables.member_state, tables.member_input, tables.member_residual)
+    )
+    arc_weight, final_weight = _weights(
+        semiring,
+        sizes,
+        jnp.asarray(fsa.weight)[real],
+        jnp.asarray(fsa.final_weight),
+        depths,
+        members,
+    )
     return trimmed_fsa(
         tables.num_states,
         tables.src,

@@ -278,7 +278,8 @@ def _pull_tables(
       `entry_slot` [E]: each entry's index in the flattened [L, rows, slots]
       table (fill a table with `_scatter`), `combine` [L, W, parts] of row
       indices (`rows` for none), and `row_part` [L, rows]: each row's index
-      in the flattened [W, parts] combine table (W * parts for none).
+      in the flattened [W, parts] combine table (W * parts for none);
+      `order` [E]: the entries sorted by position, stably.
     """
     levels, width = shape.levels, shape.width
     order = stable_argsort(key_pos)
@@ -306,7 +307,12 @@ def _pull_tables(
     row_part[level * rows + row] = state_rank * parts + part
     entry_slot = np.empty(order.size, dtype=np.int64)
     entry_slot[order] = (level * rows + row) * slots + slot
-    return dict(entry_slot=entry_slot, combine=combine, row_part=row_part.reshape(levels, rows))
+    return dict(
+        entry_slot=entry_slot,
+        combine=combine,
+        row_part=row_part.reshape(levels, rows),
+        order=order,
+    )
 
 
 def _scatter(
@@ -394,8 +400,15 @@ def build_schedule_arrays(
     # in-table; the dummy index just past it holds a zero.
     arc_grad_index = np.full(num_arcs, in_arc.size, dtype=np.int64)
     arc_grad_index[real] = incoming["entry_slot"][1:]
+    # The incoming entries by position, less the start's pseudo-entry 0.
+    by_position = incoming["order"]
     pull_arc, pull_src, pull_end = _pull_order(
-        num_arcs, real, real_src, state_pos[real_dst], num_positions
+        num_arcs,
+        real,
+        real_src,
+        state_pos[real_dst],
+        num_positions,
+        by_position[by_position > 0] - 1,
     )
     tables = dict(
         state_pos=state_pos,
@@ -423,9 +436,11 @@ def _pull_order(
     real_src: np.ndarray,
     real_dst_pos: np.ndarray,
     num_positions: int,
+    order: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The real arcs grouped by their destination's position, for the CPU
-    kernels (`kernels/scores.cc`), which then read every table in order.
+    kernels (`kernels/scores.cc`), which then read every table in order;
+    `order` is the stable sort of `real_dst_pos` (found for the in-tables).
 
     Returns:
       pull_arc, int [A]: the real arcs by (destination position, arc index),
@@ -433,7 +448,6 @@ def _pull_order(
         padding); pull_end, int [P]: where each position's arcs end in
         `pull_arc` (exclusive; a position's arcs start at the previous end).
     """
-    order = stable_argsort(real_dst_pos)
     is_padding = np.ones(num_arcs, bool)
     is_padding[real] = False
     padding = np.flatnonzero(is_padding)

@@ -451,3 +451,33 @@ def test_determinize_keeps_each_strings_weight():
         sj.determinize(fsa, max_states=3)
     with pytest.raises(ValueError, match="takes an acceptor"):
         sj.determinize(build((2, [(0, 1, 1, 2, 0.0)], {1: 0.0})))
+
+
+def test_compose_by_waves_equals_the_per_state_loop(monkeypatch):
+    # The wave-by-wave composition and the per-state loop (which serves
+    # pair spaces too large to index densely) build the same result.
+    from semiring_jax._src.host import compose as host_compose
+
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        operands = []
+        for transducer in (True, False):
+            num_states = int(rng.integers(1, 6))
+            arcs = [
+                (
+                    int(rng.integers(num_states)),
+                    int(rng.integers(num_states)),
+                    int(rng.integers(3)),
+                    int(rng.integers(3)),
+                    float(rng.normal()),
+                )
+                for _ in range(int(rng.integers(0, 10)))
+            ]
+            final = {int(s): 0.0 for s in rng.choice(num_states, 2)}
+            operands.append(build((num_states, arcs, final), transducer=transducer))
+        by_waves = sj.compose(*operands)
+        monkeypatch.setattr(host_compose, "_DENSE_PAIRS", 0)
+        by_loop = sj.compose(*operands)
+        monkeypatch.undo()
+        for field in ("src", "dst", "ilabel", "olabel", "weight", "final_weight"):
+            np.testing.assert_array_equal(getattr(by_waves, field), getattr(by_loop, field))

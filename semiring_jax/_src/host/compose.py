@@ -21,6 +21,7 @@ from collections import deque
 import numpy as np
 
 from semiring_jax._src.host import structure
+from semiring_jax._src.host.sorting import ranges
 from semiring_jax._src.host.structure import Parts, Result, Sources
 
 __all__ = ["compose"]
@@ -34,14 +35,167 @@ def _leaving(parts: Parts, labels: np.ndarray) -> list[dict[int, list[int]]]:
     return table
 
 
+# Pair states are numbered through a dense [S_a * S_b * 2] index up to this
+# many entries (64 MB of int32); beyond it the per-state loop serves.
+_DENSE_PAIRS = 16_000_000
+
+
 def compose(a: Parts, b: Parts) -> Result:
     """The composition a ∘ b (a's output labels meet b's input labels).
+
+    Breadth first from (0, 0, 0), one wave of pair states at a time in
+    vectorised numpy; the same result, state for state and arc for arc, as
+    visiting the pair states one by one (`_compose_loop`, which serves when
+    the pair space is too large to index densely).
 
     Returns:
       The trimmed result; its arcs and final states carry two weight
       sources each (a's and b's; ONE for the side that does not move).
     """
     sources = Sources.of([a, b])
+    if a.num_states * b.num_states * 2 > _DENSE_PAIRS:
+        built = _compose_loop(a, b, sources)
+    else:
+        built = _compose_waves(a, b, sources)
+    return structure.trimmed(built, sources)
+
+
+def _by_label_groups(parts: Parts, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each state's arcs in the order the loop visits them: label groups in
+    order of their first arc, arcs in index order within a group. Returns
+    (order [A], offsets [S + 1])."""
+    num_arcs = labels.shape[0]
+    src = np.asarray(parts.src, np.int64)
+    arcs = np.arange(num_arcs)
+    by_pair = np.lexsort((arcs, labels, src))
+    starts = np.ones(num_arcs, bool)
+    starts[1:] = (src[by_pair][1:] != src[by_pair][:-1]) | (
+        labels[by_pair][1:] != labels[by_pair][:-1]
+    )
+    group = np.cumsum(starts) - 1
+    first_arc = by_pair[starts][group]  # per sorted arc: its group's first arc
+    first_of = np.empty(num_arcs, np.int64)
+    first_of[by_pair] = first_arc
+    order = np.lexsort((arcs, first_of, src))
+    offsets = np.zeros(parts.num_states + 1, np.int64)
+    np.cumsum(np.bincount(src, minlength=parts.num_states), out=offsets[1:])
+    return order, offsets
+
+
+def _compose_waves(a: Parts, b: Parts, sources: Sources) -> Result:
+    a_labels, b_labels = np.asarray(a.olabel, np.int64), np.asarray(b.ilabel, np.int64)
+    a_dst, a_ilabel = np.asarray(a.dst, np.int64), np.asarray(a.ilabel, np.int64)
+    b_dst, b_olabel = np.asarray(b.dst, np.int64), np.asarray(b.olabel, np.int64)
+    # Index -1 (no b arc: a moves alone) reads the 0 appended here.
+    b_dst_or_0, b_olabel_or_0 = np.append(b_dst, 0), np.append(b_olabel, 0)
+    a_order, a_offsets = _by_label_groups(a, a_labels)
+    # b's arcs by (state, label), arc order within: matches and epsilons.
+    b_src = np.asarray(b.src, np.int64)
+    num_labels = int(max(a_labels.max(initial=0), b_labels.max(initial=0))) + 1
+    b_key = b_src * num_labels + b_labels
+    b_order = np.lexsort((np.arange(b_key.size), b_key))
+    b_sorted_key = b_key[b_order]
+    a_final, b_final = sources.finals(a, 0), sources.finals(b, 1)
+    a_arc, b_arc = sources.arc_offsets[0], sources.arc_offsets[1]
+    num_b = b.num_states
+    id_of = np.full(a.num_states * num_b * 2, -1, np.int64)
+    id_of[0] = 0
+    wave = np.zeros((1, 3), np.int64)  # (s1, s2, filter) of the states to visit
+    num_ids = 1
+    columns: list[np.ndarray] = []
+    finals: list[np.ndarray] = []
+    while wave.shape[0]:
+        s1, s2, fresh = wave[:, 0], wave[:, 1], wave[:, 2]
+        here = id_of[(s1 * num_b + s2) * 2 + fresh]
+        both_final = np.asarray(a.is_final)[s1] & np.asarray(b.is_final)[s2]
+        finals.append(
+            np.stack(
+                [
+                    np.where(both_final, a_final[s1], sources.zero),
+                    np.where(both_final, b_final[s2], sources.zero),
+                ],
+                axis=1,
+            )
+        )
+        # a's arcs of every state, in the loop's order.
+        counts = a_offsets[s1 + 1] - a_offsets[s1]
+        a_state = np.repeat(np.arange(s1.size), counts)
+        i = a_order[ranges(a_offsets[s1], counts)]
+        label = a_labels[i]
+        # Epsilon arcs of a move alone, and only with the filter at 0;
+        # others meet b's arcs of the same label.
+        eps = label == 0
+        lo = np.searchsorted(b_sorted_key, s2[a_state] * num_labels + label, "left")
+        hi = np.searchsorted(b_sorted_key, s2[a_state] * num_labels + label, "right")
+        per_arc = np.where(eps, (fresh[a_state] == 0).astype(np.int64), hi - lo)
+        term_a = np.repeat(np.arange(i.size), per_arc)
+        match_counts = np.where(eps, 0, hi - lo)
+        match_rows = ranges(lo, match_counts)  # b positions of every match, in order
+        # Per term: its b arc (-1 for a's epsilon moves), in emission order.
+        term_is_eps = eps[term_a]
+        term_b = np.full(term_a.size, -1, np.int64)
+        term_b[~term_is_eps] = b_order[match_rows]
+        term_i = i[term_a]
+        term_state = a_state[term_a]
+        t1 = a_dst[term_i]
+        t2 = np.where(term_is_eps, s2[term_state], b_dst_or_0[term_b])
+        a_terms = (
+            term_state,
+            np.zeros(term_a.size, np.int64),  # a-based terms come first
+            np.arange(term_a.size),
+            t1,
+            t2,
+            np.zeros(term_a.size, np.int64),
+            a_ilabel[term_i],
+            np.where(term_is_eps, 0, b_olabel_or_0[term_b]),
+            a_arc + term_i,
+            np.where(term_is_eps, sources.one, b_arc + term_b),
+        )
+        # Then b's epsilon moves of every state.
+        lo0 = np.searchsorted(b_sorted_key, s2 * num_labels, "left")
+        hi0 = np.searchsorted(b_sorted_key, s2 * num_labels, "right")
+        j0 = b_order[ranges(lo0, hi0 - lo0)]
+        eps_state = np.repeat(np.arange(s2.size), hi0 - lo0)
+        b_terms = (
+            eps_state,
+            np.ones(j0.size, np.int64),
+            np.arange(j0.size),
+            s1[eps_state],
+            b_dst[j0],
+            np.ones(j0.size, np.int64),
+            np.zeros(j0.size, np.int64),
+            b_olabel[j0],
+            np.full(j0.size, sources.one, np.int64),
+            b_arc + j0,
+        )
+        terms = [np.concatenate(pair) for pair in zip(a_terms, b_terms)]
+        order = np.lexsort((terms[2], terms[1], terms[0]))
+        terms = [column[order] for column in terms]
+        state, _, _, t1, t2, tf, ilabel, olabel, source_a, source_b = terms
+        key = (t1 * num_b + t2) * 2 + tf
+        unseen = id_of[key] < 0
+        new_keys, first = np.unique(key[unseen], return_index=True)
+        by_first = np.argsort(first, kind="stable")
+        new_keys = new_keys[by_first]
+        id_of[new_keys] = num_ids + np.arange(new_keys.size)
+        num_ids += new_keys.size
+        columns.append(np.stack([here[state], id_of[key], ilabel, olabel, source_a, source_b], 1))
+        wave = np.stack([new_keys // 2 // num_b, new_keys // 2 % num_b, new_keys % 2], axis=1)
+    arcs = np.concatenate(columns) if columns else np.zeros((0, 6), np.int64)
+    return Result(
+        num_ids,
+        arcs[:, 0],
+        arcs[:, 1],
+        arcs[:, 2],
+        arcs[:, 3],
+        arcs[:, 4:6],
+        np.concatenate(finals),
+        False,
+    )
+
+
+def _compose_loop(a: Parts, b: Parts, sources: Sources) -> Result:
+    """The composition, one pair state at a time (see `compose`)."""
     a_out, b_in = _leaving(a, a.olabel), _leaving(b, b.ilabel)
     # Python lists: indexing them in the loop is far cheaper than numpy's.
     a_dst, a_ilabel, b_dst, b_olabel = (
@@ -104,7 +258,7 @@ def compose(a: Parts, b: Parts) -> Result:
         for j in b_in[s2].get(0, ()):  # then b's epsilon moves
             arcs.append((here, target((s1, b_dst[j], 1)), 0, b_olabel[j], sources.one, b_arc + j))
     columns = np.array(arcs, np.int64).reshape(-1, 6)
-    built = Result(
+    return Result(
         len(ids),
         columns[:, 0],
         columns[:, 1],
@@ -114,4 +268,3 @@ def compose(a: Parts, b: Parts) -> Result:
         np.array(final, np.int64),
         False,
     )
-    return structure.trimmed(built, sources)

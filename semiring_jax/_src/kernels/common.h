@@ -77,8 +77,6 @@ inline Floats4 Load4(const float* p) {
   return v;
 }
 
-inline void Store4(float* p, Floats4 v) { std::memcpy(p, &v, sizeof(v)); }
-
 // log(x) for float vectors: Cephes' logf polynomial (relative error below
 // 2e-7) after x = m 2^e with m in [sqrt(1/2), sqrt(2)). For finite x > 0
 // only (callers pass sums in [1, 3]); NaN stays NaN.
@@ -109,8 +107,16 @@ inline F FastLogV(F x) {
   return m + y + e * 0.693359375f;
 }
 
-inline Floats4 FastLog4(Floats4 x) { return FastLogV<Floats4, Ints4>(x); }
 inline Floats8 FastLog8(Floats8 x) { return FastLogV<Floats8, Ints8>(x); }
+
+// Per-thread scratch space, grown as needed and kept between calls
+// (allocating per call costs more than a small recursion).
+template <typename T>
+T* Scratch(int64_t size) {
+  thread_local std::vector<T> buffer;
+  if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(size);
+  return buffer.data();
+}
 
 // -- batches over threads -----------------------------------------------------
 

@@ -138,13 +138,6 @@ ffi::Error GetSizes(const ffi::AnyBuffer& log_probs, const ffi::AnyBuffer& label
   return ffi::Error::Success();
 }
 
-// Per-thread scratch of the given size (see scores.cc).
-inline double* CtcScratch(int64_t size) {
-  thread_local std::vector<double> buffer;
-  if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(size);
-  return buffer.data();
-}
-
 // log Z from the last frame's normalised scores and the frames' shifts.
 inline double LogZ(const double* last, int64_t num_states, double total_shift) {
   const double a = last[num_states - 1];
@@ -162,7 +155,7 @@ double ForwardOne(const Sizes& z, const T* log_probs, int64_t length, const Band
   const int64_t S = band.num_states, W = z.max_states;
   if (length == 0) return S == 1 ? 0.0 : -HUGE_VAL;
   // Scratch: [2 pad | S] previous scores, [S] current, [2 pad | S] skips.
-  double* buffer = CtcScratch(3 * S + 16);
+  double* buffer = Scratch<double>(3 * S + 16);
   // Two score buffers, each after two -inf entries (states -2 and -1).
   double* previous = buffer + 2;
   double* current = previous + S + 2;
@@ -199,24 +192,27 @@ double ForwardOne(const Sizes& z, const T* log_probs, int64_t length, const Band
 // One utterance's gradient with respect to its log_probs rows [T, V].
 template <typename T>
 void BackwardOne(const Sizes& z, const T* log_probs, int64_t length, const Band& band,
-                 const T* alpha, const T* shift, double log_z, T cotangent, T* grad) {
+                 const T* alpha, const T* shift, bool feasible, T cotangent, T* grad) {
   const int64_t S = band.num_states, W = z.max_states, V = z.vocab;
   std::fill(grad, grad + z.frames * V, T(0));
-  if (!(log_z > -HUGE_VAL) || length == 0 || cotangent == T(0)) return;
+  if (!feasible || length == 0 || cotangent == T(0)) return;
   // Scratch: x = beta + emission [S | 2 pad], beta [S], skips [S | 2 pad],
   // posteriors [S].
-  double* buffer = CtcScratch(4 * S + 8);
+  double* buffer = Scratch<double>(4 * S + 8);
   double* x = buffer;
   double* beta = x + S + 2;
   double* add = beta + S;
   double* posterior = add + S + 2;
   x[S] = x[S + 1] = -HUGE_VAL;
   for (int64_t s = 0; s < S + 2; ++s) add[s] = s < S && band.skip[s] ? 0.0 : -HUGE_VAL;
-  for (int64_t s = 0; s < S; ++s) beta[s] = s >= S - 2 ? 0.0 : -HUGE_VAL;
   // alpha_t = alpha~_t + A_t (A_t: the shifts' prefix sum) and beta_t =
   // beta~_t + B_t, so posterior = exp(alpha~ + beta~ + A_t + B_t - log Z).
   double prefix = 0;
   for (int64_t t = 0; t < length; ++t) prefix += double(shift[t]);
+  // log Z again, in double: the shifts' sum plus the last frame's ending.
+  for (int64_t s = 0; s < S; ++s) beta[s] = double(alpha[(length - 1) * W + s]);
+  const double log_z = LogZ(beta, S, prefix);
+  for (int64_t s = 0; s < S; ++s) beta[s] = s >= S - 2 ? 0.0 : -HUGE_VAL;
   double beta_shift = 0;
   for (int64_t t = length - 1; t >= 0; --t) {
     const T* a = alpha + t * W;
@@ -237,19 +233,30 @@ void BackwardOne(const Sizes& z, const T* log_probs, int64_t length, const Band&
   }
 }
 
+// Utterance b's frame count and band, lengths clamped to the array sizes.
+struct Utterance {
+  int64_t length;
+  Band band;
+};
+
+Utterance UtteranceAt(const Sizes& z, int64_t b, const ffi::AnyBuffer& input_lengths,
+                      const ffi::AnyBuffer& labels, const ffi::AnyBuffer& label_lengths,
+                      int32_t blank) {
+  const int64_t length = std::clamp<int64_t>(input_lengths.typed_data<int32_t>()[b], 0, z.frames);
+  const int64_t count =
+      std::clamp<int64_t>(label_lengths.typed_data<int32_t>()[b], 0, z.max_labels);
+  return {length, MakeBand(labels.typed_data<int32_t>() + b * z.max_labels, count, blank)};
+}
+
 template <typename T>
 ffi::Error ForwardTyped(ffi::ThreadPool& pool, const Sizes& z, int32_t blank,
                         ffi::AnyBuffer log_probs, ffi::AnyBuffer input_lengths,
                         ffi::AnyBuffer labels, ffi::AnyBuffer label_lengths,
                         ffi::Result<ffi::AnyBuffer> loss, ffi::Result<ffi::AnyBuffer> alpha,
                         ffi::Result<ffi::AnyBuffer> shift) {
-  const int32_t* lengths = input_lengths.typed_data<int32_t>();
-  const int32_t* label_counts = label_lengths.typed_data<int32_t>();
   const int64_t per_entry = z.frames * z.max_states;
   ForEntries(pool, z.batch, per_entry, [&](int64_t b) {
-    const int64_t length = std::clamp<int64_t>(lengths[b], 0, z.frames);
-    const int64_t count = std::clamp<int64_t>(label_counts[b], 0, z.max_labels);
-    const Band band = MakeBand(labels.typed_data<int32_t>() + b * z.max_labels, count, blank);
+    const auto [length, band] = UtteranceAt(z, b, input_lengths, labels, label_lengths, blank);
     T* a = alpha->typed_data<T>() + b * per_entry;
     T* sh = shift->typed_data<T>() + b * z.frames;
     // Frames past the length (and any a dead utterance leaves) hold -inf
@@ -290,27 +297,12 @@ ffi::Error BackwardTyped(ffi::ThreadPool& pool, const Sizes& z, int32_t blank,
                          ffi::AnyBuffer alpha, ffi::AnyBuffer shift, ffi::AnyBuffer loss,
                          ffi::AnyBuffer cotangent,
                          ffi::Result<ffi::AnyBuffer> grad) {
-  const int32_t* lengths = input_lengths.typed_data<int32_t>();
-  const int32_t* label_counts = label_lengths.typed_data<int32_t>();
   const int64_t per_entry = z.frames * z.max_states;
   ForEntries(pool, z.batch, per_entry, [&](int64_t b) {
-    const int64_t length = std::clamp<int64_t>(lengths[b], 0, z.frames);
-    const int64_t count = std::clamp<int64_t>(label_counts[b], 0, z.max_labels);
-    const Band band = MakeBand(labels.typed_data<int32_t>() + b * z.max_labels, count, blank);
-    const T* a = alpha.typed_data<T>() + b * per_entry;
-    const T* sh = shift.typed_data<T>() + b * z.frames;
-    // log Z again, in double: the shifts' sum plus the last frame's ending.
-    double log_z = -HUGE_VAL;
-    if (std::isfinite(double(loss.typed_data<T>()[b])) && length > 0) {
-      const int64_t S = band.num_states;
-      std::vector<double> last(S);
-      for (int64_t s = 0; s < S; ++s) last[s] = double(a[(length - 1) * z.max_states + s]);
-      double total_shift = 0;
-      for (int64_t t = 0; t < length; ++t) total_shift += double(sh[t]);
-      log_z = LogZ(last.data(), S, total_shift);
-    }
-    BackwardOne<T>(z, log_probs.typed_data<T>() + b * z.frames * z.vocab, length, band, a, sh,
-                   log_z, cotangent.typed_data<T>()[b],
+    const auto [length, band] = UtteranceAt(z, b, input_lengths, labels, label_lengths, blank);
+    BackwardOne<T>(z, log_probs.typed_data<T>() + b * z.frames * z.vocab, length, band,
+                   alpha.typed_data<T>() + b * per_entry, shift.typed_data<T>() + b * z.frames,
+                   std::isfinite(double(loss.typed_data<T>()[b])), cotangent.typed_data<T>()[b],
                    grad->typed_data<T>() + b * z.frames * z.vocab);
   });
   return ffi::Error::Success();

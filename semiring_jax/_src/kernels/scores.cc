@@ -73,18 +73,18 @@ ffi::Error GetSizes(const ffi::AnyBuffer& arcs, const ffi::AnyBuffer& final_weig
   return ffi::Error::Success();
 }
 
-// out[i] = exp(in[i] - shift[i]) for i < n, four lanes at a time.
-inline void ExpShifted(int64_t n, const float* in, const float* shift, float* out) {
+// v[i] = exp(v[i] - shift) for i < n, four lanes at a time.
+inline void ExpShifted(int64_t n, float shift, float* v) {
   int64_t i = 0;
   for (; i + 4 <= n; i += 4) {
-    const Floats4 e = FastExp4(Load4(in + i) - Load4(shift + i));
-    std::memcpy(out + i, &e, sizeof(e));
+    const Floats4 e = FastExp4(Load4(v + i) - shift);
+    std::memcpy(v + i, &e, sizeof(e));
   }
-  for (; i < n; ++i) out[i] = FastExp(in[i] - shift[i]);
+  for (; i < n; ++i) v[i] = FastExp(v[i] - shift);
 }
 
-inline void ExpShifted(int64_t n, const double* in, const double* shift, double* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = std::exp(in[i] - shift[i]);
+inline void ExpShifted(int64_t n, double shift, double* v) {
+  for (int64_t i = 0; i < n; ++i) v[i] = std::exp(v[i] - shift);
 }
 
 // out[i] = exp(a[i] + b[i] - shift) for i < n; returns the sum of out.
@@ -111,15 +111,6 @@ inline double ExpOfSum(int64_t n, const double* a, const double* b, double shift
     sum += out[i];
   }
   return sum;
-}
-
-// Per-thread scratch space, grown as needed and kept between calls
-// (allocating per call costs more than a small recursion).
-template <typename T>
-T* Scratch(int64_t size) {
-  thread_local std::vector<T> buffer;
-  if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(size);
-  return buffer.data();
 }
 
 // Pointers to one batch entry's tables.
@@ -168,8 +159,7 @@ T LogForwardOne(const Sizes& z, const Entry<T>& e, T* alpha, T* local, T* norm) 
     alpha[s] = s == 0 ? T(0) : kNegInf<T>;
     norm[s] = T(0);
   }
-  T* state_best = Scratch<T>(W + z.num_arcs);
-  T* shift = state_best + W;  // the level's shift, once per term
+  T* state_best = Scratch<T>(W);
   for (int64_t level = 0; level < z.levels; ++level) {
     const int64_t first_p = level * W;
     const int64_t level_begin = PullBegin(e.pull_end, first_p);
@@ -192,8 +182,7 @@ T LogForwardOne(const Sizes& z, const Entry<T>& e, T* alpha, T* local, T* norm) 
       std::fill(local + level_begin, local + level_end, T(0));
       continue;
     }
-    std::fill(shift, shift + (level_end - level_begin), level_best);
-    ExpShifted(level_end - level_begin, local + level_begin, shift, local + level_begin);
+    ExpShifted(level_end - level_begin, level_best, local + level_begin);
     for (int64_t p = first_p; p < first_p + W; ++p) {
       const int32_t s = e.pos_state[p];
       const int64_t begin = PullBegin(e.pull_end, p), end = e.pull_end[p];

@@ -6,10 +6,10 @@ topological order and pull each state's incoming arcs from
 place of the level scan's many small XLA kernels. Batches reach them through
 `jax.vmap` (the FFI calls loop over the batch inside one call).
 
-The gradient is a `jax.custom_vjp` like the scan version's. Its backward
-pass is itself a `custom_vjp` whose derivative is the portable recursion's
-(passed in as `reference`), so reverse-over-reverse gives the same results
-as without the kernels.
+Derivatives come from `kernel_vjp`: the gradient is the backward kernel,
+and its own derivative the portable recursion's gradient (passed in as
+`reference`), so reverse-over-reverse gives the same results as without the
+kernels.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from semiring_jax._src import kernels
+from semiring_jax._src import kernel_vjp, kernels
 from semiring_jax._src.array_types import ArrayLeaf
 from semiring_jax._src.schedule import Schedule
 from semiring_jax._src.semiring import LOG, TROPICAL, Semiring
@@ -53,8 +53,8 @@ def _forward(
 ) -> tuple[jax.Array, jax.Array, Any]:
     """(total [], α [S], saved). LOG saves each arc's unnormalised local
     weight exp(α[src] + w - max) [A] and each state's 1 / sum [S]; TROPICAL
-    each state's chosen arc [S] (int32, -1 for none). Not differentiable:
-    see `_forward_core`."""
+    each state's chosen arc [S] (int32, -1 for none). Not differentiable
+    by JAX: see `_op`."""
     dtype = weight.dtype
     total_alpha = (jax.ShapeDtypeStruct((), dtype), jax.ShapeDtypeStruct(final.shape, dtype))
     if semiring is LOG:
@@ -98,102 +98,32 @@ def _backward(
     return arc_grad, final_grad
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
-def _gradients_core(
-    semiring: Semiring,
-    reference: Reference,
-    schedule: Schedule,
-    src: ArrayLeaf,
-    weight: jax.Array,
-    final: jax.Array,
-    alpha: jax.Array,
-    saved: Any,
-    total: jax.Array,
-) -> tuple[jax.Array, jax.Array]:
-    return _backward(semiring, schedule, src, weight, final, alpha, saved, total)
+@functools.cache
+def _op(semiring: Semiring, reference: Reference) -> kernel_vjp.KernelOp:
+    """The kernels as a `KernelOp` with diff = (weight, final) and aux =
+    (schedule, src); cached, so that traces share one static argument."""
 
+    def forward(diff: tuple[jax.Array, jax.Array], aux: tuple[Schedule, ArrayLeaf]) -> Any:
+        total, alpha, saved = _forward(semiring, aux[0], aux[1], *diff)
+        return total, (alpha, saved)
 
-def _gradients_fwd(
-    semiring: Semiring,
-    reference: Reference,
-    schedule: Schedule,
-    src: ArrayLeaf,
-    weight: jax.Array,
-    final: jax.Array,
-    alpha: jax.Array,
-    saved: Any,
-    total: jax.Array,
-) -> tuple[tuple[jax.Array, jax.Array], tuple[Any, ...]]:
-    # The primal through the custom_vjp again, so that an outer derivative
-    # of this rule sees the rules, not the FFI call.
-    out = _gradients_core(semiring, reference, schedule, src, weight, final, alpha, saved, total)
-    return out, (schedule, weight, final, alpha, saved, total)
+    def backward(
+        diff: tuple[jax.Array, jax.Array],
+        aux: tuple[Schedule, ArrayLeaf],
+        total: jax.Array,
+        kept: tuple[jax.Array, Any],
+        cotangent: jax.Array,
+    ) -> tuple[jax.Array, jax.Array]:
+        grads = _backward(semiring, aux[0], aux[1], *diff, *kept, total)
+        return grads[0] * cotangent, grads[1] * cotangent
 
+    def scan_gradient(
+        diff: tuple[jax.Array, jax.Array], aux: tuple[Schedule, ArrayLeaf], cotangent: jax.Array
+    ) -> tuple[jax.Array, jax.Array]:
+        grads = reference(semiring, aux[0], *diff)
+        return grads[0] * cotangent, grads[1] * cotangent
 
-def _gradients_bwd(
-    semiring: Semiring,
-    reference: Reference,
-    residuals: tuple[Any, ...],
-    cotangents: tuple[jax.Array, jax.Array],
-) -> tuple[Any, ...]:
-    # α, the saved values and the total are functions of the weights; the
-    # reference's derivative with respect to the weights already counts
-    # their part, so they get zero cotangents.
-    schedule, weight, final, alpha, saved, total = residuals
-    _, pullback = jax.vjp(lambda w, f: reference(semiring, schedule, w, f), weight, final)
-    weight_ct, final_ct = pullback(cotangents)
-    saved_ct = jax.tree_util.tree_map(
-        lambda x: jnp.zeros_like(x) if jnp.issubdtype(x.dtype, jnp.floating) else None, saved
-    )
-    return None, None, weight_ct, final_ct, jnp.zeros_like(alpha), saved_ct, jnp.zeros_like(total)
-
-
-_gradients_core.defvjp(_gradients_fwd, _gradients_bwd)
-
-
-# The forward pass with its derivative. Only the total's cotangent counts:
-# α and the saved values flow into nothing but `_gradients_core`, which
-# gives them zero cotangents (its derivative is the reference's, taken with
-# respect to the weights directly).
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
-def _forward_core(
-    semiring: Semiring,
-    reference: Reference,
-    schedule: Schedule,
-    src: ArrayLeaf,
-    weight: jax.Array,
-    final: jax.Array,
-) -> tuple[jax.Array, jax.Array, Any]:
-    return _forward(semiring, schedule, src, weight, final)
-
-
-def _forward_fwd(
-    semiring: Semiring,
-    reference: Reference,
-    schedule: Schedule,
-    src: ArrayLeaf,
-    weight: jax.Array,
-    final: jax.Array,
-) -> tuple[tuple[jax.Array, jax.Array, jax.Array], tuple[Any, ...]]:
-    out = _forward_core(semiring, reference, schedule, src, weight, final)  # see _gradients_fwd
-    return out, (schedule, src, weight, final, *out)
-
-
-def _forward_bwd(
-    semiring: Semiring,
-    reference: Reference,
-    residuals: tuple[Any, ...],
-    cotangents: tuple[jax.Array, jax.Array, jax.Array],
-) -> tuple[Any, ...]:
-    schedule, src, weight, final, total, alpha, saved = residuals
-    arc_grad, final_grad = _gradients_core(
-        semiring, reference, schedule, src, weight, final, alpha, saved, total
-    )
-    total_ct = cotangents[0]
-    return None, None, arc_grad * total_ct, final_grad * total_ct
-
-
-_forward_core.defvjp(_forward_fwd, _forward_bwd)
+    return kernel_vjp.KernelOp(forward, backward, scan_gradient)
 
 
 def _inputs(weight: ArrayLeaf, final: ArrayLeaf) -> tuple[jax.Array, jax.Array]:
@@ -211,9 +141,12 @@ def gradients(
 ) -> tuple[jax.Array, jax.Array]:
     """∂ tot_score / ∂ (weight [A], final_weight [S]) by the kernels; its own
     derivatives come from `reference`, the portable recursion's gradient."""
-    weight, final = _inputs(weight, final)
-    total, alpha, saved = _forward_core(semiring, reference, schedule, src, weight, final)
-    return _gradients_core(semiring, reference, schedule, src, weight, final, alpha, saved, total)
+    diff = _inputs(weight, final)
+    one = jnp.ones((), diff[0].dtype)
+    grads: tuple[jax.Array, jax.Array] = kernel_vjp.gradient(
+        _op(semiring, reference), diff, (schedule, src), one
+    )
+    return grads
 
 
 def tot_score(
@@ -229,5 +162,4 @@ def tot_score(
     Its gradient is the kernels' backward pass; derivatives of that gradient
     come from `reference`, the portable recursion's gradient.
     """
-    weight, final = _inputs(weight, final)
-    return _forward_core(semiring, reference, schedule, src, weight, final)[0]
+    return kernel_vjp.value(_op(semiring, reference), _inputs(weight, final), (schedule, src))

@@ -481,3 +481,188 @@ def test_compose_by_waves_equals_the_per_state_loop(monkeypatch):
         monkeypatch.undo()
         for field in ("src", "dst", "ilabel", "olabel", "weight", "final_weight"):
             np.testing.assert_array_equal(getattr(by_waves, field), getattr(by_loop, field))
+
+
+def _dense_operand(num_states, per_state, seed):
+    """An acceptor with `per_state` arcs labelled 1 out of every state, all final."""
+    rng = np.random.default_rng(seed)
+    src = np.repeat(np.arange(num_states), per_state)
+    dst = rng.integers(0, num_states, src.size)
+    arcs = np.stack([src, dst, np.ones(src.size), np.zeros(src.size)], axis=1)
+    return sj.Fsa.from_arcs(arcs, final=list(range(num_states)), dtype=np.float32)
+
+
+@pytest.mark.parametrize("path", ["waves", "loop"])
+def test_compose_has_a_budget(monkeypatch, path):
+    # The issue's case (1,000 states, 10 arcs per state on label 1, more
+    # than 4 GB before) stops at the default budget of arcs, with little
+    # memory taken; a budget of states is kept too, on both paths.
+    from semiring_jax._src.host import compose as host_compose
+
+    if path == "loop":
+        monkeypatch.setattr(host_compose, "_DENSE_PAIRS", 0)
+        big = _dense_operand(100, 10, 0)  # the loop is slow: the same shape, smaller
+        with pytest.raises(ValueError, match=r"compose: more than max_arcs = 5000 arcs"):
+            sj.compose(big, big, max_arcs=5000)
+    else:
+        big = _dense_operand(1000, 10, 0)
+        with pytest.raises(
+            ValueError,
+            match=r"compose: more than max_arcs = 10000000 arcs \(built before trimming\); "
+            r".* pass a larger max_arcs= to allow more",
+        ):
+            sj.compose(big, big)
+    small = _dense_operand(20, 2, 1)
+    with pytest.raises(ValueError, match=r"compose: more than max_states = 5 pair states"):
+        sj.compose(small, small, max_states=5)
+    with pytest.raises(ValueError, match=r"intersect: more than max_arcs = 3 arcs"):
+        sj.intersect(small, small, max_arcs=3)
+    with pytest.raises(ValueError, match=r"compose: max_states must be a positive int, got 0"):
+        sj.compose(small, small, max_states=0)
+    full = sj.compose(small, small)
+    within = sj.compose(small, small, max_states=full.num_states * 2, max_arcs=10_000)
+    np.testing.assert_array_equal(within.src, full.src)
+
+
+def test_compose_waves_in_chunks_build_the_same_result(monkeypatch):
+    # A wave of pair states is expanded a chunk at a time (so that memory
+    # stays bounded); chunks of one state give the same result.
+    from semiring_jax._src.host import compose as host_compose
+
+    a, b = _dense_operand(30, 3, 2), _dense_operand(30, 3, 3)
+    whole = sj.compose(a, b)
+    monkeypatch.setattr(host_compose, "_CHUNK", 1)
+    chunked = sj.compose(a, b)
+    for field in ("src", "dst", "ilabel", "olabel", "weight", "final_weight"):
+        np.testing.assert_array_equal(getattr(chunked, field), getattr(whole, field))
+
+
+def test_final_weight_gradient_through_closure_and_intersect():
+    # The issue's case: a traced final_weight used to make every state a
+    # final candidate, so the closure got an epsilon loop at its old start
+    # and the intersection a cycle that tot_score refuses.
+    fsa = sj.Fsa.from_k2("0 1 1 0.1\n1 2 2 0.2\n2 3 -1 0.3\n3\n", dtype="float64")
+    four = sj.linear_fsa([1, 2, 1, 2], dtype="float64")
+
+    def total(final_weight):
+        return sj.tot_score(sj.intersect(sj.closure(fsa.replace(final_weight=final_weight)), four))
+
+    np.testing.assert_allclose(jax.grad(total)(fsa.final_weight), [0.0, 0.0, 2.0])  # stops twice
+    # Values at non-final states are ignored, finite or not.
+    finite = jnp.array([0.7, -0.4, 0.3])
+    np.testing.assert_allclose(total(finite), sj.tot_score(sj.intersect(sj.closure(fsa), four)))
+    check_grads(total, (finite,), order=1, modes=("rev",))
+
+
+# Final at states 1-3; state 4 is not final (and unreachable). Label 0 is
+# an epsilon for remove_epsilon and compose, an ordinary label elsewhere.
+FINALS_A = build(
+    (5, [(0, 1, 1, 1, 0.1), (0, 2, 2, 2, -0.3), (1, 2, 0, 0, 0.2), (1, 3, 2, 2, 0.4),
+         (2, 3, 1, 1, -0.1), (4, 3, 1, 1, 0.3)], {1: 0.5, 2: 0.3, 3: -0.2}),
+    transducer=False,
+)  # fmt: skip
+FINALS_B = build(
+    (3, [(0, 1, 1, 1, -0.4), (0, 1, 2, 2, 0.6), (1, 2, 1, 1, 0.0)], {1: 0.1, 2: 0.0}),
+    transducer=False,
+)
+FINALS_T = build(
+    (2, [(0, 1, 1, 5, 0.2), (0, 1, 2, 6, 0.1), (1, 1, 1, 5, -0.3), (1, 1, 2, 6, 0.0)],
+     {0: -0.5, 1: 0.0}),
+)  # fmt: skip
+THREE = sj.linear_fsa([1, 2, 1], dtype=np.float64)
+FINAL_WEIGHT_OPS = {
+    "closure+intersect": lambda a, b: sj.intersect(sj.closure(a), THREE),
+    # Both operands' finals: a's through two compositions, b's as the second.
+    "compose": lambda a, b: sj.compose(sj.invert(sj.compose(a, FINALS_T)), b),
+    "union": sj.union,
+    "concat": sj.concat,
+    "reverse": lambda a, b: sj.reverse(a),
+    "connect": lambda a, b: sj.connect(a),
+    "determinize": lambda a, b: sj.determinize(a),
+    "remove_epsilon": lambda a, b: sj.remove_epsilon(a),
+    "invert": lambda a, b: sj.invert(a),
+    "project": lambda a, b: sj.project(a, "output"),
+    "arc_sort": lambda a, b: sj.arc_sort(a),
+    "top_sort": lambda a, b: sj.top_sort(a),
+}
+
+
+@pytest.mark.parametrize("name", FINAL_WEIGHT_OPS)
+def test_final_weight_gradients_reach_through_structural_ops(name):
+    """Replacing final_weight, traced or not, keeps which states are final:
+    the result's structure is the one built from the Fsas as they are, and
+    the gradient with respect to every operand's final weights matches
+    finite differences. Non-final states hold finite values, to be ignored."""
+    op = FINAL_WEIGHT_OPS[name]
+    structure = lambda fsa: (fsa.num_states, fsa.num_arcs, np.asarray(fsa.final_mask).tolist())
+    expected = structure(op(FINALS_A, FINALS_B))
+    final_a = jnp.array([0.9, 0.5, 0.3, -0.2, 1.5])
+    final_b = jnp.array([-0.7, 0.1, 0.0])
+
+    def total(fa, fb):
+        result = op(FINALS_A.replace(final_weight=fa), FINALS_B.replace(final_weight=fb))
+        assert structure(result) == expected
+        return sj.tot_score(result)
+
+    np.testing.assert_allclose(
+        total(final_a, final_b), sj.tot_score(op(FINALS_A, FINALS_B)), rtol=1e-12
+    )
+    grads = jax.grad(total, argnums=(0, 1))(final_a, final_b)
+    assert np.asarray(grads[0])[[0, 4]].tolist() == [0.0, 0.0]  # not final: ignored
+    assert np.asarray(grads[1])[0] == 0.0
+    check_grads(total, (final_a, final_b), order=1, modes=("rev",))
+
+
+def test_final_weight_gradients_reach_through_best_path_and_intersect_dense():
+    final_a = jnp.array([0.9, 0.5, 0.3, -0.2, 1.5])
+    # best_path: its one final state carries the input's final weight.
+    through_path = jax.grad(
+        lambda f: sj.tot_score(sj.best_path(FINALS_A.replace(final_weight=f)), sj.TROPICAL)
+    )(final_a)
+    direct = jax.grad(lambda f: sj.tot_score(FINALS_A.replace(final_weight=f), sj.TROPICAL))(
+        final_a
+    )
+    np.testing.assert_array_equal(through_path, direct)
+    assert np.asarray(direct).sum() == 1.0
+    path = sj.best_path(FINALS_A)
+    assert np.asarray(path.final_mask).sum() == 1  # only where the path stops
+    # intersect_dense: the lattice's final states are the graph's.
+    emissions = jnp.asarray(np.random.default_rng(0).normal(size=(2, 3, 3)))
+    final_b = jnp.array([-0.7, 0.1, 0.0])
+
+    def lattice_total(f):
+        lattice = sj.intersect_dense(FINALS_B.replace(final_weight=f), emissions)
+        return sj.tot_score(lattice).sum()
+
+    dense = lambda f: sj.dense_tot_score(FINALS_B.replace(final_weight=f), emissions).sum()
+    np.testing.assert_allclose(
+        jax.grad(lattice_total)(final_b), jax.grad(dense)(final_b), rtol=1e-10, atol=1e-12
+    )
+    assert jax.grad(dense)(final_b)[0] == 0.0  # state 0 is not final
+    check_grads(lattice_total, (final_b,), order=1, modes=("rev",))
+
+
+def test_replace_keeps_the_final_states_and_final_mask_changes_them():
+    fsa = sj.Fsa.from_arcs([(0, 1, 1, 0.5), (1, 2, 2, 0.25)], final={1: -1.0, 2: 0.0})
+    # A -inf final weight keeps the state final (with weight zero), as a
+    # -inf arc weight keeps the arc; a value at a non-final state is ignored.
+    replaced = fsa.replace(final_weight=np.array([3.0, -np.inf, 0.0], np.float32))
+    np.testing.assert_array_equal(replaced.final_mask, [False, True, True])
+    np.testing.assert_allclose(sj.tot_score(replaced), 0.75)
+    assert sj.connect(replaced).num_states == 3
+    assert sj.closure(replaced).num_arcs == fsa.num_arcs + 3  # eps arcs from both finals
+    assert "0\t3.0" not in replaced.to_openfst()  # a non-final state is written as such
+    # Changing which states are final is a replace of final_mask.
+    only_start = fsa.replace(final_mask=np.array([True, False, False]))
+    np.testing.assert_allclose(sj.tot_score(only_start), -np.inf)  # final weight -inf
+    np.testing.assert_allclose(
+        sj.tot_score(only_start.replace(final_weight=np.zeros(3, np.float32))), 0.0
+    )
+    assert sj.connect(only_start).num_states == 1
+    with pytest.raises(ValueError, match="replace: final_mask must be bool"):
+        fsa.replace(final_mask=np.ones(3, np.int32))
+    with pytest.raises(ValueError, match=r"replace: final_mask must have shape \[..., S\]"):
+        fsa.replace(final_mask=np.ones(2, bool))
+    # from_arcs: a state named in `final` is final, weight -inf included.
+    named = sj.Fsa.from_arcs([(0, 1, 1, 0.0)], final={1: -np.inf})
+    np.testing.assert_array_equal(named.final_mask, [False, True])

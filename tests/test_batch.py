@@ -1,5 +1,7 @@
 """stack / unstack, and batched ops equal to one-by-one ops."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,9 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import semiring_jax as sj
+from tests import oracles
 from tests.strategies import acyclic_fsas, as_rows
 
 SEMIRINGS = [sj.LOG, sj.TROPICAL]
+REAL = sj.Semiring(name="real", plus=jnp.add, times=jnp.multiply, sum=jnp.sum, zero=0.0, one=1.0)
 
 
 def build(data, dtype="float64", transducer=False):
@@ -86,9 +90,6 @@ def test_bucket_sizes_follow_the_ladder():
 
 def test_stack_errors_name_the_entry():
     acceptor = sj.linear_fsa([1])
-    transducer = sj.Fsa.from_arcs([(0, 1, 1, 2, 0.0)], final=[1])
-    with pytest.raises(ValueError, match=r"fsas\[1\] is a transducer but fsas\[0\] is an acceptor"):
-        sj.stack([acceptor, transducer])
     with pytest.raises(
         ValueError, match=r"fsas\[1\] has float64 weights but fsas\[0\] has float32"
     ):
@@ -109,3 +110,81 @@ def test_a_cyclic_entry_makes_the_batch_cyclic():
     with pytest.raises(ValueError, match="lies on a cycle"):
         sj.tot_score(batch)
     assert sj.unstack(batch)[1].cycle == cyclic.cycle
+
+
+def test_padding_is_the_zero_of_a_user_semiring():
+    # The issue's case: real weights (zero 0.0) given through replace; the
+    # 1-arc entry's padding (stored -inf) must not turn its 0.5 into NaN.
+    two = sj.Fsa.from_arcs([(0, 1, 1, 0.0), (1, 2, 2, 0.0)], final=[2], dtype="float64")
+    one = sj.Fsa.from_arcs([(0, 1, 1, 0.0)], final=[1], dtype="float64")
+    two = two.replace(weight=np.array([1.0, 1.0]), final_weight=np.array([0.0, 0.0, 1.0]))
+    one = one.replace(weight=np.array([0.5]), final_weight=np.array([0.0, 1.0]))
+    batch = sj.stack([two, one])
+    np.testing.assert_allclose(sj.tot_score(batch, REAL), [1.0, 0.5])
+    np.testing.assert_allclose(sj.backward_scores(batch, REAL)[1], [0.5, 1.0, 0.0])
+    np.testing.assert_allclose(sj.forward_scores(batch, REAL)[1], [1.0, 0.5, 0.0])
+    np.testing.assert_allclose(sj.arc_posteriors(batch, REAL), [[1.0, 1.0], [1.0, 0.0]])
+
+
+@settings(max_examples=8, deadline=None)
+@given(datas=st.lists(acyclic_fsas(weights=st.floats(-2.0, 2.0)), min_size=2, max_size=3))
+def test_user_semiring_batches_equal_unbatched_and_brute_force(datas):
+    """Real weights exp(w) via replace; every score and gradient of the
+    stacked batch equals the entry's own and the path enumeration's."""
+    fsas, real_datas = [], []
+    for num_states, arcs, final in datas:
+        real_arcs = [(s, d, i, o, math.exp(w)) for s, d, i, o, w in arcs]
+        real_final = {state: math.exp(w) for state, w in final.items()}
+        final_weight = np.zeros(num_states)  # non-final entries are ignored
+        final_weight[list(real_final)] = list(real_final.values())
+        fsa = build((num_states, arcs, final)).replace(
+            weight=np.array([w for *_, w in real_arcs], np.float64).reshape(-1),
+            final_weight=final_weight,
+        )
+        fsas.append(fsa)
+        real_datas.append((num_states, real_arcs, real_final))
+    batch = sj.stack(fsas)
+    totals = sj.tot_score(batch, REAL)
+    forward, backward = sj.forward_scores(batch, REAL), sj.backward_scores(batch, REAL)
+    posteriors = sj.arc_posteriors(batch, REAL)
+    weight_grad, final_grad = jax.grad(
+        lambda w, f: sj.tot_score(batch.replace(weight=w, final_weight=f), REAL).sum(),
+        argnums=(0, 1),
+    )(batch.weight, batch.final_weight)
+    for b, (fsa, data) in enumerate(zip(fsas, real_datas)):
+        s, a = fsa.num_states, fsa.num_arcs
+        np.testing.assert_allclose(totals[b], sj.tot_score(fsa, REAL), rtol=1e-12)
+        np.testing.assert_allclose(totals[b], oracles.brute_tot_score(*data, "real"), rtol=1e-10)
+        np.testing.assert_allclose(
+            forward[b, :s], oracles.brute_forward_scores(*data, "real"), rtol=1e-10
+        )
+        np.testing.assert_allclose(
+            backward[b, :s], oracles.brute_backward_scores(*data, "real"), rtol=1e-10
+        )
+        np.testing.assert_allclose(
+            posteriors[b, :a], sj.arc_posteriors(fsa, REAL), rtol=1e-12, atol=1e-15
+        )
+        np.testing.assert_allclose(weight_grad[b, :a], posteriors[b, :a], rtol=1e-12)
+        # Padding is never read: exactly zero gradient, no NaN anywhere.
+        assert not np.any(weight_grad[b, a:]) and not np.any(final_grad[b, s:])
+    assert np.all(np.isfinite(totals)) and np.all(np.isfinite(final_grad))
+
+
+def test_stack_promotes_an_acceptor_among_transducers():
+    acceptor = sj.Fsa.from_arcs([(0, 1, 1, 0.5), (1, 2, 2, 0.25)], final=[2])
+    transducer = sj.Fsa.from_arcs([(0, 1, 1, 7, -0.5)], final={1: 0.5})
+    batch = sj.stack([acceptor, transducer])
+    assert not batch.is_acceptor
+    np.testing.assert_array_equal(batch.ilabel, [[1, 2], [1, 0]])
+    np.testing.assert_array_equal(batch.olabel, [[1, 2], [7, 0]])
+    np.testing.assert_allclose(
+        sj.tot_score(batch), [sj.tot_score(acceptor), sj.tot_score(transducer)], rtol=1e-6
+    )
+    promoted, same = sj.unstack(batch)
+    assert not promoted.is_acceptor and not same.is_acceptor
+    np.testing.assert_array_equal(promoted.olabel, acceptor.ilabel)
+    # A transducer batch composes as one: the acceptor acts as its identity.
+    composed = sj.compose(batch, sj.stack([transducer, transducer]))
+    assert composed.batch_shape == (2,)
+    # All acceptors stay an acceptor batch.
+    assert sj.stack([acceptor, sj.linear_fsa([3])]).is_acceptor

@@ -137,7 +137,8 @@ def test_per_state_scores_match_openfst(draw):
 
 
 def test_score_prints_float32_by_default_and_float64_on_request():
-    assert _run(["score"], DIAMOND)[1] == "-0.49807096\n"
+    # The float32 nearest the exact -0.4980709186546271 (the kernels add in double).
+    assert _run(["score"], DIAMOND)[1] == "-0.49807093\n"
     value = float(_run(["score", "--float64"], DIAMOND)[1])
     assert value == pytest.approx(math.log(math.exp(-0.75) + math.exp(-2.0)), abs=1e-15)
     assert _run(["score", "--semiring", "tropical", "--costs"], DIAMOND)[1] == "0.75\n"
@@ -168,6 +169,68 @@ def test_bad_files_name_the_file_and_line():
     assert status == 2 and "No such file" in err
     status, _, err = _run(["info", "--format", "k2"], "0 1 5 0.5\n")
     assert status == 2 and "the last line must name the final state" in err
+
+
+def test_errors_are_one_short_line_with_status_2(tmp_path, monkeypatch):
+    from semiring_jax._src import cli
+
+    # 17 bytes that would take 2.2 GB: refused before allocating.
+    status, _, err = _run(["info"], "0 1 1 0\n30000000\n")
+    assert status == 2
+    assert err.startswith("semiring-jax: error: <stdin>: from_openfst: line 2: state 30000000")
+    # A single long line makes a short message (it was twice the line's size).
+    status, _, err = _run(["info"], "0 1 5 " + "7" * 2_000_000 + "x\n")
+    assert status == 2 and err.count("\n") == 1 and len(err) < 300
+    assert err.startswith("semiring-jax: error: <stdin>: from_openfst: line 1: expected a number")
+    # Bad UTF-8 names the file and the line (of the FST or of a symbol file).
+    fst = tmp_path / "a.fst"
+    fst.write_bytes(b"0 1 5 0.5\n1 2 \xff 0.5\n2\n")
+    status, _, err = _run(["info", str(fst)])
+    assert status == 2
+    assert err == (
+        f"semiring-jax: error: {fst}: line 2: byte 0xff at column 5 is not UTF-8; "
+        f"the text must be UTF-8\n"
+    )
+    fst.write_text("0 1 a 0.5\n1\n")
+    symbols = tmp_path / "words.syms"
+    symbols.write_bytes(b"<eps> 0\n\xe9 1\n")
+    status, _, err = _run(["info", "--isymbols", str(symbols), str(fst)])
+    assert status == 2
+    assert err.startswith(f"semiring-jax: error: {symbols}: SymbolTable.read: line 2: byte 0xe9")
+    # Running out of memory, or any failure, is one line and status 2 too.
+    for error in (MemoryError("Unable to allocate 2.2 GiB"), RecursionError(), KeyError("x")):
+
+        def fail(args, error=error):
+            raise error
+
+        monkeypatch.setitem(cli._COMMANDS, "info", fail)
+        status, out, err = _run(["info"], DIAMOND)
+        assert (status, out) == (2, "") and err.count("\n") == 1
+        assert err.startswith("semiring-jax: error: ") and "Traceback" not in err
+    assert err == "semiring-jax: error: internal error: KeyError: 'x'\n"
+    monkeypatch.setitem(cli._COMMANDS, "info", lambda args: (_ for _ in ()).throw(MemoryError()))
+    assert _run(["info"], DIAMOND)[2] == "semiring-jax: error: out of memory\n"
+
+    def interrupt(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(cli._COMMANDS, "info", interrupt)
+    assert _run(["info"], DIAMOND)[0] == 130
+
+
+def test_integer_options_are_ascii_and_compose_has_a_budget(tmp_path):
+    status, _, err = _run(["determinize", "--max-states", "1_000"], DIAMOND)
+    assert status == 2 and "expected a positive integer (ASCII digits), got '1_000'" in err
+    status, _, err = _run(["determinize", "--max-states", "\u0661\u0662"], DIAMOND)
+    assert status == 2 and "expected a positive integer" in err
+    fst = tmp_path / "d.fst"
+    fst.write_text(DIAMOND)
+    status, _, err = _run(["compose", "--max-arcs", "2", str(fst), str(fst)])
+    assert status == 2
+    assert err.startswith("semiring-jax: error: compose: more than max_arcs = 2 arcs")
+    status, _, err = _run(["compose", "--max-states", "2", str(fst), str(fst)])
+    assert status == 2 and "compose: more than max_states = 2 pair states" in err
+    assert _run(["compose", str(fst), str(fst)])[0] == 0
 
 
 def test_best_path_as_fsa_and_as_labels():

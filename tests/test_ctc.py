@@ -1,6 +1,7 @@
 """ctc_loss, ctc_graph, ctc_topo and forced_align against optax, torch and
 brute-force enumeration of frame token sequences."""
 
+import functools
 import itertools
 
 import chex
@@ -11,6 +12,7 @@ import pytest
 
 import semiring_jax as sj
 from tests import oracles
+from tests.paths import both_paths
 
 
 def random_batch(seed, batch, num_frames, vocab_size, max_labels, dtype=np.float32, feasible=True):
@@ -189,6 +191,80 @@ def test_bad_input_is_named():
         sj.ctc_topo(3, blank=3)
 
 
+def test_python_lists_and_tuples_are_accepted():
+    # Lists and tuples crashed in numpy ("Field elements must be 2- or 3-tuples").
+    log_probs = np.log(np.full((2, 4, 3), 1 / 3, np.float32))
+    lengths, labels, label_lengths = np.array([4, 3]), np.array([[1, 2], [2, 0]]), np.array([2, 1])
+    want = sj.ctc_loss(log_probs, lengths, labels, label_lengths)
+    as_lists = (log_probs.tolist(), lengths.tolist(), labels.tolist(), label_lengths.tolist())
+    np.testing.assert_allclose(sj.ctc_loss(*as_lists), want, rtol=1e-6)
+    as_tuples = tuple(tuple(np.asarray(x).tolist()) for x in as_lists)
+    np.testing.assert_allclose(sj.ctc_loss(*as_tuples), want, rtol=1e-6)
+    frames, scores = sj.forced_align(*as_lists)
+    want_frames, want_scores = sj.forced_align(log_probs, lengths, labels, label_lengths)
+    np.testing.assert_array_equal(frames, want_frames)
+    np.testing.assert_allclose(scores, want_scores, rtol=1e-6)
+    with pytest.raises(
+        ValueError, match=r"ctc_loss: labels must be an array, or a rectangular list"
+    ):
+        sj.ctc_loss(*as_lists[:2], [[1, 2], [2]], as_lists[3])
+    with pytest.raises(ValueError, match=r"ctc_loss: labels must hold integers, got float"):
+        sj.ctc_loss(*as_lists[:2], [[1.0, 2.0], [2.0, 0.0]], as_lists[3])
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda lp, *a: sj.ctc_loss(lp, *a, blank=0.5), r"ctc_loss: blank must be an int, got "),
+        (lambda lp, *a: sj.ctc_loss(lp, *a, blank=True), r"ctc_loss: blank must be an int, got "),
+        (
+            lambda lp, *a: sj.forced_align(lp, *a, blank=np.float32(0)),
+            r"forced_align: blank must be an int, got float32 0.0",
+        ),
+        (lambda lp, *a: sj.ctc_topo(3, blank=0.5), r"ctc_topo: blank must be an int, got float"),
+        (lambda lp, *a: sj.ctc_topo(2.5), r"ctc_topo: vocab_size must be an int, got float 2.5"),
+        (lambda lp, *a: sj.ctc_graph([1], blank=0.5), r"ctc_graph: blank must be an int"),
+        (lambda lp, *a: sj.ctc_graph([1], blank=-1), r"ctc_graph: blank = -1 is outside"),
+        # Labels beyond int32 are refused, not wrapped.
+        (
+            lambda lp, *a: sj.ctc_graph([1, 2**40]),
+            r"ctc_graph: labels\[1\] = 1099511627776 is above 2\*\*31 - 1",
+        ),
+        (
+            lambda lp, *a: sj.ctc_graph(np.array([[1, 2**40]])),
+            r"ctc_graph: labels\[0, 1\] = 1099511627776 is above",
+        ),
+        (lambda lp, *a: sj.ctc_graph([[1.5]]), r"ctc_graph: labels\[0\] must hold integers"),
+        # int64 lengths of 2**31 and more are refused, not wrapped.
+        (
+            lambda lp, n, *a: sj.ctc_loss(lp, np.array([2**32 + 2]), *a),
+            r"ctc_loss: input_lengths\[0\] = 4294967298 is outside \[0, T\] = \[0, 4\]",
+        ),
+    ],
+)
+def test_blank_labels_and_lengths_are_checked_before_any_cast(call, message):
+    log_probs = np.zeros((1, 4, 3), np.float32)
+    with pytest.raises(ValueError, match=message):
+        call(log_probs, np.array([4]), np.array([[1, 2]]), np.array([2]))
+    assert sj.ctc_topo(3, blank=np.int64(2)).num_arcs == 9
+    assert sj.ctc_loss(log_probs, [4], [[1, 2]], [2], blank=np.int32(0)).shape == (1,)
+
+
+def test_traced_int64_lengths_are_clamped_not_wrapped():
+    # Under jit with x64, an int64 length of 2**32 + 2 used to wrap to 2.
+    log_probs = jnp.log(jnp.asarray(np.random.default_rng(0).dirichlet(np.ones(3), (1, 4))))
+    log_probs = log_probs.astype(jnp.float32)
+    labels, label_lengths = jnp.array([[1, 2]]), jnp.array([2])
+    loss = jax.jit(lambda n, u: sj.ctc_loss(log_probs, n, labels, u))
+    at_t = sj.ctc_loss(log_probs, jnp.array([4]), labels, label_lengths)
+    at_2 = sj.ctc_loss(log_probs, jnp.array([2]), labels, label_lengths)
+    huge = jnp.array([2**32 + 2], jnp.int64)
+    np.testing.assert_allclose(loss(huge, label_lengths), at_t, rtol=1e-6)
+    assert not np.allclose(at_t, at_2)
+    # label_lengths too: 2**32 + 1 clamps to U = 2, not 1.
+    np.testing.assert_allclose(loss(jnp.array([4]), jnp.array([2**32 + 1], jnp.int64)), at_t)
+
+
 def test_empty_inputs_and_empty_labels():
     # No frames: only the empty label sequence fits (loss 0); no labels: the
     # all-blank alignment (here 3 frames of probability 1/3 each).
@@ -224,3 +300,99 @@ def test_ctc_graph_of_one_sequence_is_unbatched_and_outputs_the_labels():
     topo = sj.ctc_topo(4, blank=3)
     blank_arcs = np.asarray(topo.ilabel) == 3
     assert not np.asarray(topo.olabel)[blank_arcs].any()
+
+
+# -- numerics on both paths (the CPU kernel and the portable scan) --------------
+
+
+def _loss_and_grad(log_probs, input_lengths, labels, label_lengths, **options):
+    def loss(lp):
+        return sj.ctc_loss(lp, input_lengths, labels, label_lengths, **options)
+
+    return jax.jit(lambda lp: (loss(lp), jax.grad(lambda x: jnp.sum(loss(x)))(lp)))(log_probs)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_masked_label_gradient_is_minus_the_posterior_at_any_magnitude(dtype):
+    # Labels [2, 1, 2] in 4 frames, column 2 masked (one utterance per
+    # mask value): every alignment uses it exactly twice, so the posteriors
+    # are those of the unmasked case.
+    masks = np.array([-1e4, -1e8, -1e30, np.finfo(np.float32).min])
+    log_probs = np.full((4, 4, 3), np.log(1 / 3), dtype)
+    log_probs[:, :, 2] = masks[:, None]
+    args = (np.full(4, 4), np.tile([[2, 1, 2]], (4, 1)), np.full(4, 3))
+    # A loss of 6.8e38 overflows float32: +inf, with gradient 0, as if
+    # infeasible; every other loss is finite and right.
+    overflow = np.array([False, False, False, dtype == "float32"])
+    for loss, grad in both_paths(_loss_and_grad, jnp.asarray(log_probs), *args):
+        assert np.all(loss[overflow] == np.inf) and not grad[overflow].any()
+        assert np.isfinite(loss[~overflow]).all()
+        expected = np.tile([-0.2, 0.0, -0.8], (int((~overflow).sum()), 1))
+        np.testing.assert_allclose(grad[~overflow, 0], expected, atol=1e-5)
+        np.testing.assert_allclose(grad[~overflow].sum(-1), -1.0, atol=1e-5)
+        assert grad.min() >= -1 and grad.max() <= 0
+
+
+def test_a_huge_loss_is_finite_on_the_scan_and_the_kernel():
+    # One path of log-probability -3.2e9: the compensated scan overflowed.
+    log_probs = jnp.full((1, 3, 2), -1074358974.0, jnp.float32)
+    args = (np.array([3]), np.array([[1]]), np.array([1]))
+    for loss, grad in both_paths(_loss_and_grad, log_probs, *args):
+        np.testing.assert_allclose(loss, [3 * 1074358974.0 - np.log(6)], rtol=1e-7)
+        np.testing.assert_allclose(grad[0, 1], [-1 / 3, -2 / 3], atol=1e-4)
+
+
+def test_nan_in_gives_nan_out_on_every_path():
+    logits, input_lengths, labels, label_lengths = random_batch(5, 3, 10, 5, 3)
+    log_probs = np.array(jax.nn.log_softmax(jnp.asarray(logits)))
+    log_probs[0, 4, labels[0, 1]] = np.nan  # a label column, inside the length
+    args = (input_lengths, labels, label_lengths)
+    for zero_infinity in (False, True):
+        for loss, grad in both_paths(
+            functools.partial(_loss_and_grad, zero_infinity=zero_infinity),
+            jnp.asarray(log_probs),
+            *args,
+        ):
+            assert np.isnan(loss[0]) and np.isfinite(loss[1:]).all()
+            assert np.isnan(grad[0]).all() and np.isfinite(grad[1:]).all()
+    all_nan = jnp.full((2, 6, 4), jnp.nan, jnp.float32)
+    args = (np.array([6, 6]), np.array([[1, 2], [3, 3]]), np.array([2, 2]))
+    for loss, grad in both_paths(
+        functools.partial(_loss_and_grad, zero_infinity=True), all_nan, *args
+    ):
+        assert np.isnan(loss).all() and np.isnan(grad).all()
+
+
+def test_unnormalised_scores_give_one_answer_on_every_path():
+    # log Z > 0: the value is clamped at 0 (API: never negative), and the
+    # gradient is minus the posteriors all the same, summing to -1 per frame.
+    scores = jnp.full((2, 6, 4), 5.0, jnp.float32)
+    args = (np.array([6, 6]), np.array([[1, 2], [3, 1]]), np.array([2, 2]))
+    kernel, scan = both_paths(_loss_and_grad, scores, *args)
+    for loss, grad in (kernel, scan):
+        np.testing.assert_array_equal(loss, [0.0, 0.0])
+        np.testing.assert_allclose(grad.sum(-1), -1.0, rtol=1e-5)
+    np.testing.assert_allclose(kernel[1], scan[1], atol=1e-5)
+
+
+def test_forward_mode_works_on_every_path():
+    logits, input_lengths, labels, label_lengths = random_batch(6, 2, 7, 4, 2, np.float64)
+    log_probs = jax.nn.log_softmax(jnp.asarray(logits))
+
+    def loss(lp):
+        return jnp.sum(sj.ctc_loss(lp, input_lengths, labels, label_lengths) ** 2)
+
+    tangent = jnp.asarray(np.random.default_rng(0).normal(size=log_probs.shape))
+
+    def derivatives(lp):
+        _, forward = jax.jvp(loss, (lp,), (tangent,))
+        return forward, jnp.vdot(jax.grad(loss)(lp), tangent), jax.hessian(loss)(lp)
+
+    kernel, scan = both_paths(derivatives, log_probs)
+    for forward, reverse, hessian in (kernel, scan):
+        np.testing.assert_allclose(forward, reverse, rtol=1e-10)
+        np.testing.assert_allclose(
+            hessian.reshape(log_probs.size, -1).T, hessian.reshape(log_probs.size, -1), atol=1e-10
+        )
+    for mine, theirs in zip(kernel, scan):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-8, atol=1e-10)

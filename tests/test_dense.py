@@ -304,6 +304,43 @@ def test_bad_input_is_named():
         sj.dense_tot_score(bare, emissions)
 
 
+def test_python_lists_and_tuples_are_accepted():
+    # Lists crashed in numpy ("Field elements must be 2- or 3-tuples"). They
+    # get JAX's default float dtype, as from jnp.asarray (float64 under x64).
+    default = jnp.asarray(0.0).dtype
+    arcs = [(0, 0, 0, 0.0), (0, 1, 1, 0.0), (1, 1, 1, 0.0)]
+    graph = sj.Fsa.from_arcs(arcs, final=[1], dtype=default)
+    emissions = np.log(np.array([[[0.5, 0.5], [0.25, 0.75]]] * 2))
+    want = sj.dense_tot_score(graph, emissions.astype(default), np.array([2, 1]))
+    got = sj.dense_tot_score(graph, emissions.tolist(), [2, 1])
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    got = sj.dense_tot_score(graph, tuple(emissions.tolist()), (2, 1))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    labels, _ = sj.viterbi_decode(graph, emissions.tolist(), [2, 1])
+    np.testing.assert_array_equal(labels, [[0, 1], [1, -1]])
+    with pytest.raises(
+        ValueError, match=r"dense_tot_score: emissions must be an array, or a rectangular list"
+    ):
+        sj.dense_tot_score(graph, [[[0.0, 0.0], [0.0]]])
+    with pytest.raises(ValueError, match=r"dense_tot_score: lengths must hold integers"):
+        sj.dense_tot_score(graph, emissions.astype(default), [1.0, 2.0])
+
+
+def test_int64_lengths_are_refused_or_clamped_never_wrapped():
+    graph = sj.Fsa.from_arcs([(0, 0, 0, 0.0), (0, 1, 1, 0.0), (1, 1, 1, 0.0)], final=[1])
+    emissions = jnp.log(jnp.array([[[0.5, 0.5], [0.25, 0.75], [0.9, 0.1]]], jnp.float32))
+    with pytest.raises(
+        ValueError, match=r"dense_tot_score: lengths\[0\] = 4294967297 is outside \[0, T\]"
+    ):
+        sj.dense_tot_score(graph, emissions, np.array([2**32 + 1]))
+    # Traced (x64): clamped to [0, T] before the cast; 2**32 + 1 wrapped to 1.
+    traced = jax.jit(lambda n: sj.dense_tot_score(graph, emissions, n))
+    at_t = sj.dense_tot_score(graph, emissions, np.array([3]))
+    np.testing.assert_allclose(traced(jnp.array([2**32 + 1], jnp.int64)), at_t)
+    assert not np.allclose(at_t, sj.dense_tot_score(graph, emissions, np.array([1])))
+    np.testing.assert_array_equal(traced(jnp.array([-5], jnp.int64)), [-np.inf])
+
+
 def test_wide_graph_matches_brute_force_and_autodiff():
     # In-degree 12 > COLUMNS_UP_TO: the [S, K] array form of the scan.
     rng = np.random.default_rng(6)
@@ -334,3 +371,67 @@ def test_wide_graph_matches_brute_force_and_autodiff():
         order=1,
         modes=("rev",),
     )
+
+
+# -- huge magnitudes, NaN and forward mode ----------------------------------------
+
+
+@pytest.mark.parametrize("name", ["log", "tropical"])
+@pytest.mark.parametrize(("value", "frames"), [(-1074358974.0, 3), (-7.5e8, 5), (-1e30, 2)])
+def test_huge_log_probs_give_finite_right_totals(name, value, frames):
+    # One path: the total is frames * value (representable), in LOG too.
+    graph = sj.linear_fsa([1] * frames)
+    emissions = jnp.full((1, frames, 2), value, jnp.float32)
+    total = sj.dense_tot_score(graph, emissions, semiring=sj.semiring(name))
+    np.testing.assert_allclose(total, [frames * value], rtol=1e-6)
+    grad = jax.grad(lambda e: jnp.sum(sj.dense_tot_score(graph, e, semiring=sj.semiring(name))))(
+        emissions
+    )
+    np.testing.assert_array_equal(grad[0, :, 1], 1.0)
+
+
+@pytest.mark.parametrize("name", ["log", "tropical"])
+def test_nan_in_the_emissions_or_the_graph_gives_nan(name):
+    semiring = sj.semiring(name)
+    graph = sj.Fsa.from_arcs([(0, 0, 0, 0.0), (0, 1, 1, 0.0), (1, 1, 1, 0.0)], final=[1])
+    emissions = np.log(np.full((2, 4, 2), 0.5, np.float32))
+    emissions[0, 2, 0] = np.nan
+    total = sj.dense_tot_score(graph, emissions, semiring=semiring)
+    assert np.isnan(total[0]) and np.isfinite(total[1])
+    occupancy = sj.dense_occupancy(graph, emissions, semiring=semiring)
+    assert np.isnan(occupancy[0]).all() and np.isfinite(occupancy[1]).all()
+    weight = jnp.asarray(graph.weight).at[1].set(jnp.nan)
+    total = jax.jit(
+        lambda w: sj.dense_tot_score(graph.replace(weight=w), emissions[1:], semiring=semiring)
+    )(weight)
+    assert np.isnan(total).all()
+
+
+def test_dense_forward_mode_matches_reverse_mode():
+    graph = sj.Fsa.from_arcs(
+        [(0, 0, 0, 0.1), (0, 1, 1, -0.2), (1, 1, 1, 0.3), (1, 0, 2, 0.0)],
+        final={0: 0.0, 1: 0.5},
+        dtype=np.float64,
+    )
+    rng = np.random.default_rng(1)
+    emissions = jnp.asarray(rng.normal(size=(2, 5, 3)))
+    lengths = np.array([5, 3])
+    weight = jnp.asarray(graph.weight)
+    tangents = (jnp.ones_like(emissions), jnp.linspace(-1.0, 1.0, weight.shape[0]))
+    for semiring in (sj.LOG, sj.TROPICAL):
+
+        def total(e, w):
+            return jnp.sum(sj.dense_tot_score(graph.replace(weight=w), e, lengths, semiring))
+
+        @jax.jit
+        def both_modes(e, w):
+            _, forward = jax.jvp(total, (e, w), tangents)
+            grads = jax.grad(total, argnums=(0, 1))(e, w)
+            reverse = sum(jnp.vdot(g, t) for g, t in zip(grads, tangents))
+            return forward, reverse, jax.hessian(total)(e, w)
+
+        forward, reverse, hessian = both_modes(emissions, weight)
+        np.testing.assert_allclose(forward, reverse, rtol=1e-12)
+        flat = np.asarray(hessian).reshape(emissions.size, emissions.size)
+        np.testing.assert_allclose(flat, flat.T, atol=1e-12)
+    check_grads(lambda e: total(e, weight), (emissions,), order=1, modes=("fwd",))

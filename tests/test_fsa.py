@@ -74,6 +74,79 @@ def test_from_arcs_errors_name_the_culprit(arcs, final, kwargs, message):
         sj.Fsa.from_arcs(arcs, final, **kwargs)
 
 
+@pytest.mark.parametrize(
+    "arcs, final, kwargs, message",
+    [
+        # A finite weight that rounds to +inf or -inf in the dtype is refused.
+        (
+            [(0, 1, 1, 1e300)],
+            [1],
+            {},
+            r"from_arcs: arc 0 has weight 1e\+300, which float32 cannot hold \(it would "
+            r"round to inf; the largest float32 is 3.4028235e\+38\)",
+        ),
+        (
+            [(0, 1, 1, 0.0), (0, 1, 1, -1e300)],
+            [1],
+            {},
+            r"from_arcs: arc 1 has weight -1e\+300, which float32 cannot hold \(it would "
+            r"round to -inf",
+        ),
+        (
+            [(0, 1, 1, 0.0)],
+            {1: 1e300},
+            {},
+            r"from_arcs: final state 1 has weight 1e\+300, which float32 cannot hold",
+        ),
+        # States, labels and num_states are int32: refused, never wrapped.
+        (
+            [(0, 1, 2**40, 0.0)],
+            [1],
+            {},
+            r"from_arcs: arc 0 has label=1099511627776; expected a non-negative integer "
+            r"\(int32: at most 2\*\*31 - 1\)",
+        ),
+        ([(0, 1, 1, 0.0)], [2**40], {}, r"from_arcs: final state 1099511627776 is not a"),
+        ([(0, 1, 1, 0.0)], [2**70], {}, r"from_arcs: final state 1180591620717411303424 is"),
+        (
+            [(0, 1, 1, 0.0)],
+            [1],
+            dict(num_states=2**31),
+            r"from_arcs: num_states must be a positive int \(at most 2\*\*31 - 1\), "
+            r"got 2147483648",
+        ),
+        ([(0, 1, 1, 10**400)], [1], {}, r"from_arcs: arcs must hold numbers"),
+        # A state id of 2**31 - 1: a ValueError naming the arc, not a MemoryError.
+        (
+            [(0, 2**31 - 1, 1, 0.0)],
+            [1],
+            {},
+            r"from_arcs: arc 0 has dst=2147483647, which is not below 1048580 = "
+            r"2 \* arcs \+ final states \+ 1 \+ 2\*\*20, the bound on state ids that keeps "
+            r"memory proportional to the input \(pass num_states= for a sparser numbering\)",
+        ),
+        ([(0, 1, 1, 0.0)], [30_000_000], {}, r"from_arcs: final state 30000000 is not below"),
+        ([(0, 1, 1, 0.0)], [1], dict(start=10**9), r"from_arcs: start=1000000000 is not below"),
+    ],
+)
+def test_from_arcs_refuses_overflow_and_huge_state_ids(arcs, final, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        sj.Fsa.from_arcs(arcs, final, **kwargs)
+
+
+def test_state_ids_beyond_the_bound_need_num_states(monkeypatch):
+    from semiring_jax._src.host import build
+
+    monkeypatch.setattr(build, "SPARE_STATES", 10)  # the bound: 2 * 1 + 1 + 1 + 10 = 14
+    with pytest.raises(ValueError, match=r"arc 0 has dst=14, which is not below 14 ="):
+        sj.Fsa.from_arcs([(0, 14, 1, 0.0)], final=[1])
+    assert sj.Fsa.from_arcs([(0, 13, 1, 0.0)], final=[1]).num_states == 14
+    assert sj.Fsa.from_arcs([(0, 14, 1, 0.0)], final=[1], num_states=40).num_states == 40
+    # float64 holds what float32 cannot.
+    fsa = sj.Fsa.from_arcs([(0, 1, 1, 1e300)], final={1: -1e300}, dtype=np.float64)
+    np.testing.assert_array_equal(fsa.weight, [1e300])
+
+
 def test_host_constructors_refuse_traced_values():
     with pytest.raises(ValueError, match=r"from_arcs: arcs is a traced value; .* outside jax\.jit"):
         jax.jit(lambda w: sj.Fsa.from_arcs([(0, 1, 1, w)], final=[1]))(0.5)
@@ -161,3 +234,36 @@ def test_linear_fsa():
         sj.linear_fsa([1, -2])
     with pytest.raises(ValueError, match=r"linear_fsa: labels must have shape \[U\]"):
         sj.linear_fsa([[1]])
+
+
+def test_linear_fsa_refuses_labels_beyond_int32():
+    # Labels beyond int32 are refused, not wrapped ([2**40, 2**32 + 5] was [0, 5]).
+    with pytest.raises(
+        ValueError,
+        match=r"linear_fsa: labels\[0\] = 1099511627776; expected a non-negative integer "
+        r"\(int32: at most 2\*\*31 - 1\)",
+    ):
+        sj.linear_fsa([2**40, 2**32 + 5])
+    with pytest.raises(ValueError, match=r"linear_fsa: labels\[1\] = 4294967301"):
+        sj.linear_fsa(np.array([1, 2**32 + 5], np.uint64))
+    with pytest.raises(ValueError, match=r"linear_fsa: labels must hold integers, got dtype <U1"):
+        sj.linear_fsa(["a"])
+    np.testing.assert_array_equal(sj.linear_fsa([2**31 - 1]).label, [2**31 - 1])
+
+
+def test_constructors_record_the_final_states_as_structure():
+    # A state named in `final` is final whatever its weight; the start swap
+    # moves the mask with the weights.
+    fsa = sj.Fsa.from_arcs([(2, 0, 1, 0.5), (0, 1, 2, 0.25)], final={1: -math.inf, 2: 0.5}, start=2)
+    np.testing.assert_array_equal(fsa.final_mask, [True, True, False])
+    np.testing.assert_array_equal(fsa.final_weight, [0.5, -np.inf, -np.inf])
+    np.testing.assert_array_equal(sj.linear_fsa([1, 2]).final_mask, [False, False, True])
+    np.testing.assert_array_equal(sj.Fsa.from_k2("0 1 5 0.5\n1 2 -1 0.25\n2\n").final_mask, [0, 1])
+    # The pytree carries it: through jit, and stacked (padding states not final).
+    np.testing.assert_array_equal(jax.jit(lambda f: f)(fsa).final_mask, fsa.final_mask)
+    batch = sj.stack([fsa, sj.linear_fsa([1, 2, 3])])
+    np.testing.assert_array_equal(batch.final_mask[0], [True, True, False, False])
+    np.testing.assert_array_equal(sj.unstack(batch)[0].final_mask, fsa.final_mask)
+    # Writers give a non-final state's stored value no meaning.
+    odd = fsa.replace(final_weight=np.array([0.5, -np.inf, 7.0], np.float32))
+    assert odd.to_openfst() == fsa.to_openfst()

@@ -79,14 +79,18 @@ def test_given_levels_are_used_as_they_are():
         np.float64,
         True,
         known_levels=np.array([0, 1, 2, 3]),
+        is_final=[False, False, False, True],
     )
-    usual = placeholder(4, src, dst, [1, 2, 3, 4], [1, 2, 3, 4], np.float64, True)
+    usual = placeholder(
+        4, src, dst, [1, 2, 3, 4], [1, 2, 3, 4], np.float64, True, is_final=[0, 0, 0, 1]
+    )
     weight = np.array([0.5, -1.0, 0.25, 2.0])
     final = np.array([-np.inf, -np.inf, -np.inf, 0.0])
     for semiring in (sj.LOG, sj.TROPICAL):
+        total = sj.tot_score(given.replace(weight=weight, final_weight=final), semiring)
+        assert np.isfinite(total)
         np.testing.assert_allclose(
-            sj.tot_score(given.replace(weight=weight, final_weight=final), semiring),
-            sj.tot_score(usual.replace(weight=weight, final_weight=final), semiring),
+            total, sj.tot_score(usual.replace(weight=weight, final_weight=final), semiring)
         )
 
 

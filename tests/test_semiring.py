@@ -72,3 +72,28 @@ def test_lookup_by_name_and_hashing():
         sj.semiring("max")
     assert hash(sj.LOG) == hash(sj.LOG) and sj.LOG != sj.TROPICAL
     assert jax.jit(lambda x, s: s.sum(x, axis=0))(jnp.ones(3), REAL) == 3.0
+
+
+def test_a_user_semiring_never_reads_the_minus_inf_of_non_final_states():
+    # from_arcs stores -inf (LOG's zero) at the non-final states 0 and 1; the
+    # real semiring must read its own zero there, not -inf * alpha.
+    fsa = sj.Fsa.from_arcs([(0, 1, 1, 0.0), (1, 2, 2, 0.0), (0, 2, 1, 0.0)], final=[2])
+    fsa = fsa.replace(
+        weight=jnp.array([0.5, 2.0, 0.25], jnp.float32),
+        final_weight=jnp.array([-jnp.inf, -jnp.inf, 3.0], jnp.float32),
+    )
+    with jax.debug_nans(True):
+        total = sj.tot_score(fsa, REAL)
+        backward = sj.backward_scores(fsa, REAL)
+        final_grad = jax.grad(lambda f: sj.tot_score(fsa.replace(final_weight=f), REAL))(
+            fsa.final_weight
+        )
+    np.testing.assert_allclose(total, (0.5 * 2.0 + 0.25) * 3.0)
+    np.testing.assert_allclose(backward, [3.75, 6.0, 3.0])
+    np.testing.assert_allclose(final_grad, [0.0, 0.0, 1.25])
+    # Dense intersection too: one frame of emission 1 per column.
+    graph = sj.Fsa.from_arcs([(0, 1, 0, 0.0), (1, 1, 1, 0.0)], final=[1])
+    graph = graph.replace(weight=jnp.array([0.5, 2.0], jnp.float32))
+    graph = graph.replace(final_weight=jnp.array([-jnp.inf, 1.0], jnp.float32))
+    emissions = jnp.ones((1, 2, 2), jnp.float32)
+    np.testing.assert_allclose(sj.dense_tot_score(graph, emissions, None, REAL), [1.0])

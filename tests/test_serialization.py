@@ -158,10 +158,10 @@ def with_value(name, index, value):
         (
             edited(version=np.array(1)),
             r"array 'version' is array\(1\); this semiring_jax reads "
-            r"version 2",
+            r"versions 2, 3",
         ),
         (edited(arc_mask=None), r"array 'arc_mask' is missing"),
-        (edited(extra=np.zeros(3)), r"array 'extra' is not part of the version 2 layout"),
+        (edited(extra=np.zeros(3)), r"array 'extra' is not part of the saved layout"),
         (edited(src=np.zeros((2, 2), np.int64)), r"array 'src' has dtype int64, expected int32"),
         (
             edited(dst=np.zeros((2, 3), np.int32)),
@@ -246,6 +246,90 @@ def test_not_npz_files_name_the_file(tmp_path):
         sj.load(tmp_path / "empty.npz")
 
 
+def _zip_with(members, compression=zipfile.ZIP_STORED):
+    """A .npz of `saved_arrays()` plus `members` ({name: callable(stream)})
+    written straight into the zip, so that they can lie."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **saved_arrays())
+    with zipfile.ZipFile(buffer, "a", compression=compression) as archive:
+        for name, write in members.items():
+            with archive.open(name, "w", force_zip64=True) as stream:
+                write(stream)
+    buffer.seek(0)
+    return buffer
+
+
+def _npy_header(shape, dtype):
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": np.dtype(dtype).str, "fortran_order": False, "shape": shape}
+    )
+    return header.getvalue()  # the magic string, then the header
+
+
+def test_load_checks_names_headers_and_sizes_before_reading(monkeypatch):
+    # A small file must not make load allocate what it merely claims: names,
+    # .npy headers and sizes are checked before any array is read.
+    from semiring_jax._src import serialization
+
+    read = []
+    real_read = serialization._read
+    monkeypatch.setattr(
+        serialization, "_read", lambda *args: read.append(args[2]) or real_read(*args)
+    )
+
+    def zeros(stream):  # 48 MB of zeros: a few tens of kB once deflated
+        stream.write(_npy_header((12 << 20,), np.float32))
+        for _ in range(48):
+            stream.write(bytes(1 << 20))
+
+    bomb = _zip_with({"bomb.npy": zeros}, zipfile.ZIP_DEFLATED)
+    assert len(bomb.getvalue()) < 1 << 20
+    with pytest.raises(ValueError, match=r"array 'bomb' is not part of the saved layout"):
+        sj.load(bomb)
+    assert read == []
+    # A header that declares more data than the member holds.
+    arrays = {name: np.asarray(value) for name, value in saved_arrays().items()}
+    del arrays["weight"]
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    with zipfile.ZipFile(buffer, "a") as archive:
+        archive.writestr("weight.npy", _npy_header((10**9,), np.float32) + bytes(8))
+    buffer.seek(0)
+    with pytest.raises(
+        ValueError,
+        match=r"load: <file object>: array 'weight' declares shape \(1000000000,\) of float32 "
+        r"\(4000000000 bytes\), but its zip member holds 8 bytes of data",
+    ):
+        sj.load(buffer)
+    assert read == []
+    # A zip directory that claims more than a stored member holds.
+    data = bytearray(_zip_with({}).getvalue())
+    # Its central directory entry: the signature, 42 bytes, then the name.
+    directory = data.index(b"weight.npy", data.index(b"PK\x01\x02")) - 46
+    assert data[directory : directory + 4] == b"PK\x01\x02"
+    data[directory + 24 : directory + 28] = (1 << 31).to_bytes(4, "little")
+    with pytest.raises(
+        ValueError,
+        match=r"array 'weight' is stored uncompressed in \d+ bytes but claims 2147483648",
+    ):
+        sj.load(io.BytesIO(bytes(data)))
+    assert read == []
+    # The declared total against the budget, before reading.
+    compressed = io.BytesIO()
+    sj.save(compressed, sj.linear_fsa(np.ones(20_000, np.int32)), compress=True)
+    compressed.seek(0)
+    with pytest.raises(
+        ValueError,
+        match=r"load: <file object>: the arrays declare \d+ bytes in all, more than "
+        r"max_bytes = 100000; pass a larger max_bytes= to load the file",
+    ):
+        sj.load(compressed, max_bytes=100_000)
+    assert read == []
+    compressed.seek(0)
+    assert sj.load(compressed).num_arcs == 20_000
+
+
 def test_save_refuses_non_fsas_and_tracers():
     with pytest.raises(TypeError, match=r"save: fsa must be an Fsa, got dict"):
         sj.save(io.BytesIO(), {})
@@ -275,3 +359,23 @@ def test_float64_needs_x64():
             sj.load(buffer)
     finally:
         jax.config.update("jax_enable_x64", True)
+
+
+def test_final_mask_is_saved_and_old_files_without_it_still_load():
+    # A final state of weight -inf stays final through save / load.
+    fsa = sj.Fsa.from_arcs([(0, 1, 1, 0.5), (1, 2, 2, 0.0)], final={1: -math.inf, 2: 0.0})
+    back = round_trip(fsa)
+    np.testing.assert_array_equal(back.final_mask, [False, True, True])
+    assert_identical(back, fsa)
+    # A file written before final_mask existed: the finals are final_weight > -inf.
+    old = saved_arrays(sj.stack([sj.linear_fsa([1, 2]), sj.linear_fsa([3])]))
+    assert int(old["version"]) == 3
+    del old["final_mask"]
+    with pytest.raises(ValueError, match=r"array 'final_mask' is missing"):
+        load_arrays(old)
+    old["version"] = np.array(2)
+    loaded = load_arrays(old)
+    np.testing.assert_array_equal(loaded.final_mask, [[False, False, True], [False, True, False]])
+    np.testing.assert_allclose(sj.tot_score(loaded), [0.0, 0.0])
+    with pytest.raises(ValueError, match=r"array 'final_mask' has dtype int64, expected bool"):
+        load_arrays(edited(final_mask=np.zeros((2, 3), np.int64)))

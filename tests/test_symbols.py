@@ -22,7 +22,10 @@ SYMBOLS = st.text(
 def tables(draw):
     symbols = draw(st.lists(SYMBOLS, unique=True, max_size=8))
     keys = draw(
-        st.lists(st.integers(0, 2**40), unique=True, min_size=len(symbols), max_size=len(symbols))
+        # Keys are labels, so int32.
+        st.lists(
+            st.integers(0, 2**31 - 1), unique=True, min_size=len(symbols), max_size=len(symbols)
+        )
     )
     return sj.SymbolTable(dict(zip(symbols, keys)), name="drawn")
 
@@ -111,6 +114,45 @@ def test_read_error_names_the_file(tmp_path):
     path = tmp_path / "bad.syms"
     path.write_text("a 0\nb\n")
     with pytest.raises(ValueError, match=r"bad.syms: SymbolTable.from_text: line 2"):
+        sj.SymbolTable.read(path)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        # Keys are ASCII digits (int() would take these) and int32 labels.
+        ("a 1_000\n", r"line 1: key '1_000' is not a non-negative integer"),
+        ("a \u0661\u0662\n", r"line 1: key '\u0661\u0662' is not a non-negative integer"),
+        ("a 1e9\n", r"line 1: key '1e9' is not a non-negative integer"),
+        (
+            "a 2147483648\n",
+            r"line 1: key 2147483648 is above 2\*\*31 - 1; keys are labels, which are int32 "
+            r"in 'a 2147483648'",
+        ),
+        ("a " + "9" * 5000 + "\n", r"line 1: key '9999.*' is above 2\*\*31 - 1"),
+        (
+            "a 0\n" + "b" * 1_000_000 + " x\n",
+            r"line 2: key 'x' is not a non-negative integer in 'bbb",
+        ),
+    ],
+)
+def test_keys_are_ascii_int32_and_quotes_are_short(text, message):
+    with pytest.raises(ValueError, match=message) as info:
+        sj.SymbolTable.from_text(text)
+    assert len(str(info.value)) < 250
+    with pytest.raises(ValueError, match=r"SymbolTable: key 2147483648 is above 2\*\*31 - 1"):
+        sj.SymbolTable({"a": 2**31})
+    assert sj.SymbolTable({"a": 2**31 - 1}).find("a") == 2**31 - 1
+
+
+def test_bad_utf8_names_the_symbol_file_and_line(tmp_path):
+    path = tmp_path / "words.syms"
+    path.write_bytes(b"<eps> 0\nhello 1\nw\xf6rld 2\n")  # Latin-1, not UTF-8
+    with pytest.raises(
+        ValueError,
+        match=r"words.syms: SymbolTable.read: line 3: byte 0xf6 at column 2 is not UTF-8; "
+        r"the text must be UTF-8",
+    ):
         sj.SymbolTable.read(path)
 
 

@@ -137,3 +137,84 @@ def test_k2_transducer():
     fsa = sj.Fsa.from_k2("0 1 5 6 0.5\n1 2 -1 -1 0.25\n2\n")
     assert not fsa.is_acceptor and fsa.num_states == 2
     assert fsa.to_k2() == "0 1 5 6 0.5\n1 2 -1 -1 0.25\n2\n"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        # Integer fields are ASCII digits with an optional sign, within int32.
+        ("0 1 1_000 0.5\n1\n", r"from_openfst: line 1: expected an integer, got '1_000'"),
+        ("0 1 1e9 0.5\n1\n", r"from_openfst: line 1: expected an integer, got '1e9'"),
+        ("0 1 \u0661\u0662 0.5\n1\n", r"line 1: expected an integer, got '\u0661\u0662'"),
+        ("0 1 2 0.5\n1e9\n", r"line 2: expected an integer, got '1e9'"),
+        (
+            "0 1 4294967296 0.5\n1\n",
+            r"line 1: '4294967296' is too large for int32 \(at most 2\*\*31 - 1\)",
+        ),
+        ("0 1 " + "9" * 5000 + "\n1\n", r"line 1: '9999.*' is too large for int32"),
+        # Weights: ASCII decimal numbers or an infinity.
+        ("0 1 2 1_0.5\n1\n", r"line 1: expected a number, got '1_0.5'"),
+        ("0 1 2 \u0661.5\n1\n", r"line 1: expected a number, got '\u0661.5'"),
+        (
+            "0 1 2 1e400\n1\n",
+            r"line 1: '1e400' is too large for float64 \(write inf or Infinity for an "
+            r"infinite weight\)",
+        ),
+        # Overflow in the dtype names the line (it became an infinite score).
+        (
+            "0 1 2 0.5\n1 2 3 -1e39\n2\n",
+            r"from_openfst: line 2: cost -1e\+39 is outside the range of float32 \(its "
+            r"score would round to inf\)",
+        ),
+        ("0 1 2 0.5\n1 1e39\n", r"line 2: cost 1e\+39 is outside the range of float32"),
+        # 17 bytes that would take 2.2 GB: state ids are bounded by the input.
+        (
+            "0 1 1 0\n30000000\n",
+            r"from_openfst: line 2: state 30000000 is not below 1048580 = 2 \* arcs \+ "
+            r"final states \+ 1 \+ 2\*\*20",
+        ),
+        ("0 2147483647 1\n1\n", r"line 1: state 2147483647 is not below 1048580"),
+    ],
+)
+def test_openfst_fields_are_strict_and_sizes_bounded(text, message):
+    with pytest.raises(ValueError, match=message):
+        sj.Fsa.from_openfst(text)
+
+
+def test_openfst_weights_keep_their_spellings():
+    fsa = sj.Fsa.from_openfst("0 1 2 +Infinity\n0 1 3 -.5\n0 1 4 1E-3\n1 inf\n1 2 5 7.\n2\n")
+    np.testing.assert_array_equal(fsa.weight, np.float32([-np.inf, 0.5, -1e-3, -7.0]))
+    assert fsa.num_states == 3 and bool(fsa.final_weight[2] == 0.0)
+    # `1 inf`: OpenFst's zero final weight, so state 1 is not final.
+    np.testing.assert_array_equal(fsa.final_mask, [False, False, True])
+    fsa = sj.Fsa.from_openfst("0 1 2 1e300\n1\n", dtype="float64")
+    np.testing.assert_array_equal(fsa.weight, [-1e300])
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "0 1 5 0.5\n1 2 -1 0.25\n2000000000\n",
+            r"from_k2: line 3: final state 2000000000 is not below 1048582",
+        ),
+        ("0 1 5 0.5\n1 2 -1 0.25\n-3\n", r"from_k2: line 3: final state -3 is negative"),
+        ("0 1 5 1e300\n1 2 -1 0.25\n2\n", r"line 1: score 1e\+300 is outside the range of float32"),
+        ("0 1 5 0.5\n1 2 -1 -1e300\n2\n", r"line 2: score -1e\+300 is outside the range"),
+        ("0 1 5 0.5\n1 2 -1 0.25\n2.0\n", r"line 3: expected an integer, got '2.0'"),
+        ("0 1 5 0.5\n3 2 -1 0.25\n2\n", r"line 2: state 3 is above the final state 2"),
+    ],
+)
+def test_k2_fields_are_strict_and_sizes_bounded(text, message):
+    with pytest.raises(ValueError, match=message):
+        sj.Fsa.from_k2(text)
+
+
+def test_errors_quote_long_lines_cut_short():
+    # A single huge line makes a short message (fields and lines cut to 60).
+    line = "0 1 2 " + "x" * 1_000_000
+    with pytest.raises(ValueError) as info:
+        sj.Fsa.from_openfst(line + "\n")
+    message = str(info.value)
+    assert message.startswith("from_openfst: line 1: expected a number, got 'xxx")
+    assert len(message) < 250 and "\u2026" in message

@@ -5,6 +5,7 @@ import math
 import chex
 import jax
 import jax.numpy as jnp
+import jax.test_util
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 import semiring_jax as sj
 from tests import oracles
+from tests.paths import both_paths
 from tests.strategies import acyclic_fsas, as_rows, padded
 
 SETTINGS = settings(max_examples=60, deadline=None)
@@ -368,3 +370,88 @@ def test_cycle_is_refused_naming_a_state(op):
 def test_not_an_fsa_is_a_type_error():
     with pytest.raises(TypeError, match="tot_score: expected an Fsa"):
         sj.tot_score([(0, 1, 1, 0.0)])
+
+
+# -- NaN and +inf weights, identically on every path -------------------------
+
+SPECIAL_FSA = [(0, 1, 1, 0.0), (0, 1, 2, 0.1), (0, 2, 1, -1.0), (1, 3, 1, 0.0), (2, 3, 1, 0.5)]
+
+
+@pytest.mark.parametrize("name", ["log", "tropical"])
+def test_a_traced_nan_weight_gives_nan_on_every_path(name):
+    semiring = sj.semiring(name)
+    fsa = sj.Fsa.from_arcs(SPECIAL_FSA, final=[3])
+    # NaN on arc 0, 2 or 4: on the best path, off it, and last.
+    weights = jnp.stack([jnp.asarray(fsa.weight).at[arc].set(jnp.nan) for arc in (0, 2, 4)])
+
+    @jax.jit
+    def scores(w):
+        nan_fsa = fsa.replace(weight=w)
+        grad = jax.grad(lambda v: sj.tot_score(fsa.replace(weight=v), semiring))(w)
+        return sj.tot_score(nan_fsa, semiring), grad, sj.arc_posteriors(nan_fsa, semiring)
+
+    for total, grad, posteriors in both_paths(jax.vmap(scores), weights):
+        assert np.isnan(total).all() and np.isnan(grad).all() and np.isnan(posteriors).all()
+
+
+@pytest.mark.parametrize("name", ["log", "tropical"])
+def test_a_nan_final_weight_gives_nan(name):
+    fsa = sj.Fsa.from_arcs(SPECIAL_FSA, final=[2, 3])
+    final = jnp.asarray(fsa.final_weight).at[2].set(jnp.nan)
+    for total in both_paths(
+        jax.jit(lambda f: sj.tot_score(fsa.replace(final_weight=f), sj.semiring(name))), final
+    ):
+        assert np.isnan(total)
+
+
+@pytest.mark.parametrize("name", ["log", "tropical"])
+def test_a_traced_inf_weight_is_inf_in_every_score(name):
+    # +inf on arc 3 (1 -> 3): every score through it is +inf, the rest keep
+    # their values (-inf absorbs +inf: the unreachable state 4 stays -inf).
+    semiring = sj.semiring(name)
+    fsa = sj.Fsa.from_arcs([*SPECIAL_FSA, (4, 3, 1, 0.0)], final=[3], num_states=5)
+    weight = jnp.asarray(fsa.weight).at[3].set(jnp.inf)
+
+    @jax.jit
+    def scores(w):
+        inf_fsa = fsa.replace(weight=w)
+        return (
+            sj.tot_score(inf_fsa, semiring),
+            sj.forward_scores(inf_fsa, semiring),
+            sj.backward_scores(inf_fsa, semiring),
+            sj.arc_posteriors(inf_fsa, semiring),
+        )
+
+    kernel, scan = both_paths(scores, weight)
+    for total, forward, backward, posteriors in (kernel, scan):
+        assert total == np.inf and forward[3] == np.inf and forward[4] == -np.inf
+        assert backward[0] == np.inf and backward[1] == np.inf and np.isfinite(backward[2])
+        if name == "log":
+            assert np.isnan(posteriors).all()  # undefined, and visible
+        else:
+            np.testing.assert_array_equal(posteriors, [0, 1, 0, 1, 0, 0])
+    for mine, theirs in zip(kernel, scan):
+        np.testing.assert_array_equal(mine, theirs)
+
+
+@pytest.mark.parametrize("name", ["log", "tropical"])
+def test_forward_mode_and_hessians(name):
+    semiring = sj.semiring(name)
+    fsa = sj.Fsa.from_arcs(SPECIAL_FSA, final={2: 0.3, 3: 0.0}, dtype=np.float64)
+    weight = jnp.asarray(fsa.weight)
+    tangent = jnp.asarray(np.linspace(-1, 1, weight.shape[0]))
+
+    def total(w):
+        return sj.tot_score(fsa.replace(weight=w), semiring)
+
+    def derivatives(w):
+        _, forward = jax.jvp(total, (w,), (tangent,))
+        return forward, jnp.vdot(jax.grad(total)(w), tangent), jax.hessian(total)(w)
+
+    kernel, scan = both_paths(derivatives, weight)
+    for forward, reverse, hessian in (kernel, scan):
+        np.testing.assert_allclose(forward, reverse, rtol=1e-12)
+        np.testing.assert_allclose(hessian, hessian.T, atol=1e-12)
+    for mine, theirs in zip(kernel, scan):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-10, atol=1e-12)
+    jax.test_util.check_grads(total, (weight,), order=1, modes=("fwd",))

@@ -8,7 +8,10 @@ result flows back to the operands' `weight` and `final_weight`. A batched
 operand is processed entry by entry and the results are stacked.
 
 Weights are scores (log domain) in any semiring whose ⊗ is addition: new
-epsilon arcs weigh 0 (one), and "not final" is -inf (zero).
+epsilon arcs weigh 0 (one). Which states are final is structure too
+(`final_mask`, concrete), never read from `final_weight`, so a traced final
+weight keeps the final states and differentiates like an arc weight; a
+result's non-final states store -inf (zero).
 """
 
 from __future__ import annotations
@@ -51,12 +54,9 @@ def parts_of(fsa: Fsa, fn: str) -> structure.Parts:
     """An unbatched Fsa's concrete structure: real arcs, and which states are final."""
     real = checks.concrete(fsa.arc_mask, "arc_mask", fn).astype(bool)
     pick = lambda name: checks.concrete(getattr(fsa, name), name, fn)[real].astype(np.int64)
-    # Final states are structure; a traced final_weight leaves every state a
-    # candidate (its -inf weights then only add arcs that never count).
-    if checks.is_traced(fsa.final_weight):
-        is_final = np.ones(fsa.num_states, bool)
-    else:
-        is_final = np.asarray(fsa.final_weight) > -np.inf
+    # Final states are structure, recorded apart from the (maybe traced)
+    # final weights, as arcs are apart from theirs.
+    is_final = checks.concrete(fsa.final_mask, "final_mask", fn).astype(bool)
     return structure.Parts(
         fsa.num_states,
         pick("src"),
@@ -78,12 +78,19 @@ def placeholder(
     is_acceptor: bool,
     dense_tables: bool = True,
     known_levels: np.ndarray | None = None,
+    *,
+    is_final: npt.ArrayLike | None = None,
 ) -> Fsa:
     """An Fsa of the given structure whose weights are still to be set
     (arcs 0, final -inf), for `replace(weight=..., final_weight=...)`;
-    `dense_tables` and `known_levels` as in `fsa.assemble`."""
+    `is_final` (bool [S]) names its final states (none by default: replacing
+    `final_weight` does not make a state final); `dense_tables` and
+    `known_levels` as in `fsa.assemble`."""
     as32 = lambda values: np.asarray(values, np.int32)
     src = as32(src)
+    final_mask = (
+        np.zeros(num_states, bool) if is_final is None else np.asarray(is_final, bool).copy()
+    )
     return assemble(
         build.ArcArrays(
             num_states,
@@ -94,16 +101,21 @@ def placeholder(
             np.zeros(len(src), dtype),
             np.full(num_states, -np.inf, dtype),
             is_acceptor,
+            final_mask,
         ),
         dense_tables=dense_tables,
         known_levels=known_levels,
     )
 
 
-def _from_sources(result: structure.Result, sources: jax.Array) -> Fsa:
+def _from_sources(result: structure.Result, sources: jax.Array, zero: int) -> Fsa:
     """The result Fsa; each weight is the product (sum of scores) of its
-    sources' entries."""
+    sources' entries; a state is final where no source is `zero` (the index
+    of ZERO among the sources)."""
     combine = lambda index: sources[index] if index.ndim == 1 else jnp.sum(sources[index], axis=-1)
+    is_final = result.final_source != zero
+    if is_final.ndim == 2:  # a pair: final in both operands
+        is_final = is_final.all(axis=1)
     return placeholder(
         result.num_states,
         result.src,
@@ -112,6 +124,7 @@ def _from_sources(result: structure.Result, sources: jax.Array) -> Fsa:
         result.olabel,
         sources.dtype,
         result.is_acceptor,
+        is_final=is_final,
     ).replace(weight=combine(result.arc_source), final_weight=combine(result.final_source))
 
 
@@ -122,7 +135,8 @@ def _assemble(operands: Sequence[Fsa], result: structure.Result) -> Fsa:
         real = np.flatnonzero(np.asarray(fsa.arc_mask))
         pieces += [jnp.asarray(fsa.weight)[real], jnp.asarray(fsa.final_weight)]
     dtype = operands[0].dtype
-    return _from_sources(result, jnp.concatenate([*pieces, jnp.array([-jnp.inf, 0.0], dtype)]))
+    sources = jnp.concatenate([*pieces, jnp.array([-jnp.inf, 0.0], dtype)])
+    return _from_sources(result, sources, zero=sources.shape[0] - 2)
 
 
 def trimmed_fsa(
@@ -155,7 +169,7 @@ def trimmed_fsa(
     values = jnp.concatenate(
         [arc_weight, final_weight, jnp.array([-jnp.inf, 0.0], arc_weight.dtype)]
     )
-    return _from_sources(structure.trimmed(result, sources), values)
+    return _from_sources(structure.trimmed(result, sources), values, sources.zero)
 
 
 def check_operands(operands: Sequence[Fsa], fn: str, same_kind: bool = True) -> None:
@@ -379,7 +393,39 @@ def closure(fsa: Fsa) -> Fsa:
     return _apply("closure", [fsa], lambda parts: structure.closure(parts[0]))
 
 
-def compose(a: Fsa, b: Fsa) -> Fsa:
+# The default budget of compose and intersect (see `compose`).
+COMPOSE_MAX_STATES = 1_000_000
+COMPOSE_MAX_ARCS = 10_000_000
+
+
+def _composed(
+    fn: str, parts: Sequence[structure.Parts], max_states: int, max_arcs: int
+) -> structure.Result:
+    """`host_compose.compose` within the budget, whose excess is a ValueError."""
+    try:
+        return host_compose.compose(*parts, max_states=max_states, max_arcs=max_arcs)
+    except host_compose.BudgetExceeded as err:
+        what = "pair states" if err.budget == "max_states" else "arcs"
+        raise ValueError(
+            f"{fn}: more than {err.budget} = {err.limit} {what} (built before trimming); "
+            f"the budget bounds the host memory of the construction, pass a larger "
+            f"{err.budget}= to allow more"
+        ) from None
+
+
+def _check_budget(value: object, name: str, fn: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{fn}: {name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def compose(
+    a: Fsa,
+    b: Fsa,
+    *,
+    max_states: int = COMPOSE_MAX_STATES,
+    max_arcs: int = COMPOSE_MAX_ARCS,
+) -> Fsa:
     """The composition a ∘ b: a's output labels meet b's input labels.
 
     A path of the result pairs a path of `a` and one of `b` whose labels
@@ -390,14 +436,24 @@ def compose(a: Fsa, b: Fsa) -> Fsa:
     numbered in the order they are first reached from (0, 0). An acceptor
     acts as the identity transducer of its labels.
 
+    The construction has a budget, as `determinize` does: the pair states
+    and arcs it builds (before trimming, per batch entry) are counted as
+    they are found, and more than `max_states` states or `max_arcs` arcs
+    stop it with a `ValueError` before the memory for them is taken (the
+    construction takes about 70 bytes of host memory per arc, so under
+    1 GB at the defaults).
+
     Args:
       a, b: Fsas (acceptors or transducers, cyclic allowed) of one dtype,
         both unbatched or batched alike.
+      max_states: the budget of pair states (1,000,000 by default).
+      max_arcs: the budget of arcs (10,000,000 by default).
     Returns:
       A transducer with the input labels of `a` and the output labels of
       `b`; an acceptor when both operands are acceptors.
     Raises:
-      ValueError: for dtypes or batch shapes that differ.
+      ValueError: for dtypes or batch shapes that differ, or past the
+        budget (the message names it).
     Examples:
       >>> import semiring_jax as sj
       >>> a = sj.Fsa.from_arcs([(0, 1, 1, 2, 0.5)], final=[1])
@@ -407,8 +463,11 @@ def compose(a: Fsa, b: Fsa) -> Fsa:
       [1] [3] [0.75]
     """
 
+    max_states = _check_budget(max_states, "max_states", "compose")
+    max_arcs = _check_budget(max_arcs, "max_arcs", "compose")
+
     def make(parts: Sequence[structure.Parts]) -> structure.Result:
-        result = host_compose.compose(*parts)
+        result = _composed("compose", parts, max_states, max_arcs)
         # Two acceptors compose to an acceptor (as in OpenFst): every arc of
         # the result pairs equal labels, epsilon moves included.
         return result._replace(is_acceptor=all(part.is_acceptor for part in parts))
@@ -416,18 +475,25 @@ def compose(a: Fsa, b: Fsa) -> Fsa:
     return _apply("compose", [a, b], make, same_kind=False)
 
 
-def intersect(a: Fsa, b: Fsa) -> Fsa:
+def intersect(
+    a: Fsa,
+    b: Fsa,
+    *,
+    max_states: int = COMPOSE_MAX_STATES,
+    max_arcs: int = COMPOSE_MAX_ARCS,
+) -> Fsa:
     """The intersection of two acceptors: the paths whose label sequences
     both accept, weighted by the sum of the two weights (⊗). Label 0 is
     epsilon (as in `compose`, of which this is the acceptor case).
 
     Args:
       a, b: acceptors of one dtype, both unbatched or batched alike.
+      max_states, max_arcs: the budget, as in `compose`.
     Returns:
       An acceptor, trimmed to states on a successful path.
     Raises:
-      ValueError: if an operand is a transducer, or for dtypes or batch
-        shapes that differ.
+      ValueError: if an operand is a transducer, for dtypes or batch
+        shapes that differ, or past the budget.
     Examples:
       >>> import semiring_jax as sj
       >>> a = sj.Fsa.from_arcs([(0, 1, 1, 0.5), (0, 1, 2, 0.0)], final=[1])
@@ -442,8 +508,14 @@ def intersect(a: Fsa, b: Fsa) -> Fsa:
                 f"intersect: operand {i} is a transducer; intersect takes "
                 f"acceptors (use compose for transducers)"
             )
+    max_states = _check_budget(max_states, "max_states", "intersect")
+    max_arcs = _check_budget(max_arcs, "max_arcs", "intersect")
     return _apply(
-        "intersect", [a, b], lambda parts: host_compose.compose(*parts)._replace(is_acceptor=True)
+        "intersect",
+        [a, b],
+        lambda parts: _composed("intersect", parts, max_states, max_arcs)._replace(
+            is_acceptor=True
+        ),
     )
 
 

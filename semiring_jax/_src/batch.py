@@ -58,11 +58,18 @@ def stack(fsas: Sequence[Fsa], *, bucket: bool = False) -> Fsa:
     """Pads Fsas to common sizes and stacks them into a batched Fsa.
 
     Padding (states, arcs, schedule slots) comes after the real entries and
-    never changes a result or a gradient. Structure must be concrete;
-    weights may be traced (e.g. `fsa.replace(weight=w)` inside `jax.jit`).
+    never changes a result or a gradient, in any semiring: padding arcs
+    have `arc_mask` False and padding states `final_mask` False, so the
+    score ops read the semiring's zero there whatever is stored (-inf).
+    Structure must be concrete; weights may be traced (e.g.
+    `fsa.replace(weight=w)` inside `jax.jit`).
+
+    An acceptor is a transducer whose output labels are its input labels:
+    among transducers it is stacked as one (and `unstack` gives it back as
+    one), so the batch is a transducer unless every entry is an acceptor.
 
     Args:
-      fsas: unbatched Fsas, all acceptors or all transducers, one dtype.
+      fsas: unbatched Fsas of one dtype, acceptors or transducers.
       bucket: round every padded size up the ladder 1, 2, 3, 4, 6, 8, 12,
         16, ... so that a training loop compiles few distinct programs.
     Returns:
@@ -70,7 +77,7 @@ def stack(fsas: Sequence[Fsa], *, bucket: bool = False) -> Fsa:
     Raises:
       TypeError: if an entry is not an Fsa.
       ValueError: for an empty list, a batched entry, or entries whose
-        kinds (acceptor/transducer) or dtypes differ; naming the entry.
+        dtypes differ; naming the entry.
     Examples:
       >>> import semiring_jax as sj
       >>> batch = sj.stack([sj.linear_fsa([1, 2, 3]), sj.linear_fsa([4])])
@@ -78,17 +85,30 @@ def stack(fsas: Sequence[Fsa], *, bucket: bool = False) -> Fsa:
       ((2,), 4, 3)
       >>> print(sj.tot_score(batch))
       [0. 0.]
+      >>> transducer = sj.Fsa.from_arcs([(0, 1, 2, 3, 0.0)], final=[1])
+      >>> mixed = sj.stack([sj.linear_fsa([1]), transducer])
+      >>> print(mixed.is_acceptor, mixed.olabel)
+      False [[1]
+       [3]]
     """
     fsas = list(fsas)
     if not fsas:
         raise ValueError("stack: needs at least one Fsa, got an empty sequence")
-    check_alike(fsas, "stack", lambda i: f"fsas[{i}]")
+    check_alike(fsas, "stack", lambda i: f"fsas[{i}]", same_kind=False)
     for i, fsa in enumerate(fsas):
         if fsa.batch_shape:
             raise ValueError(
                 f"stack: fsas[{i}] is already batched "
                 f"(batch_shape={fsa.batch_shape}); unstack it first"
             )
+    is_acceptor = all(fsa.is_acceptor for fsa in fsas)
+    if not is_acceptor:  # promote the acceptors: olabel is the (only) label
+        fsas = [
+            dataclasses.replace(fsa, olabel=fsa.ilabel, is_acceptor=False)
+            if fsa.is_acceptor
+            else fsa
+            for fsa in fsas
+        ]
     num_states = max(fsa.num_states for fsa in fsas)
     num_arcs = max(fsa.num_arcs for fsa in fsas)
     shape = _common_shape(fsas, bucket)
@@ -104,7 +124,7 @@ def stack(fsas: Sequence[Fsa], *, bucket: bool = False) -> Fsa:
     leaves = jax.tree_util.tree_map(
         lambda *values: _stack_leaves(values), *[_array_fields(entry) for entry in padded]
     )
-    return Fsa(**leaves, cycle=cycle, is_acceptor=fsas[0].is_acceptor)
+    return Fsa(**leaves, cycle=cycle, is_acceptor=is_acceptor)
 
 
 def check_alike(
@@ -141,6 +161,9 @@ def pad_entry(
 ) -> Fsa:
     """One unbatched Fsa padded to `num_states`, `num_arcs` and `shape`."""
     src, dst, arc_mask = _host_structure(fsa, "stack")
+    final_mask = checks.concrete(fsa.final_mask, "final_mask", "stack").astype(bool)
+    # Padding weights are -inf, the zero of LOG and TROPICAL; other
+    # semirings never read them, as `arc_mask` and `final_mask` are False.
     arrays = build.ArcArrays(
         num_states,
         _pad(src, num_arcs, 0),
@@ -150,6 +173,7 @@ def pad_entry(
         _pad(fsa.weight, num_arcs, -np.inf),
         _pad(fsa.final_weight, num_states, -np.inf),
         fsa.is_acceptor,
+        _pad(final_mask, num_states, False),
     )
     real_sizes = checks.concrete(fsa.schedule.real_sizes, "schedule", "stack")
     return assemble(
@@ -209,6 +233,9 @@ def _host_structure(fsa: Fsa, fn: str) -> tuple[np.ndarray, np.ndarray, np.ndarr
 def unstack(batch: Fsa) -> list[Fsa]:
     """Splits a batched Fsa into its entries, undoing `stack`'s padding.
 
+    Every entry has the batch's kind: an acceptor stacked among transducers
+    comes back as a transducer (with olabel == ilabel).
+
     Args:
       batch: an Fsa with batch_shape (B,).
     Returns:
@@ -224,6 +251,7 @@ def unstack(batch: Fsa) -> list[Fsa]:
     if len(batch.batch_shape) != 1:
         raise ValueError(f"unstack: expects batch_shape (B,), got {batch.batch_shape}")
     src, dst, arc_mask = _host_structure(batch, "unstack")
+    final_mask = checks.concrete(batch.final_mask, "final_mask", "unstack").astype(bool)
     sizes = checks.concrete(batch.schedule.real_sizes, "schedule", "unstack")
     entries = []
     for b, (num_states, num_arcs) in enumerate(sizes.tolist()):
@@ -236,6 +264,7 @@ def unstack(batch: Fsa) -> list[Fsa]:
             batch.weight[b, :num_arcs],
             batch.final_weight[b, :num_states],
             batch.is_acceptor,
+            final_mask[b, :num_states],
         )
         entries.append(assemble(arrays, arc_mask=arc_mask[b, :num_arcs]))
     return entries

@@ -13,7 +13,7 @@ from semiring_jax._src.batch import jit_over_batch
 from semiring_jax._src.fsa import Fsa, assemble
 from semiring_jax._src.host import build
 from semiring_jax._src.semiring import TROPICAL
-from semiring_jax._src.tot_score import check_scorable
+from semiring_jax._src.tot_score import check_scorable, final_weights
 
 __all__ = ["best_path"]
 
@@ -42,8 +42,9 @@ def _best_path_one(fsa: Fsa) -> Fsa:
     alpha, choices = recursions.forward_positions(
         TROPICAL, fsa.schedule, fsa.weight, with_choice=True
     )
+    final_weight = final_weights(fsa, TROPICAL)
     arcs, final_state, found = recursions.best_path_arcs(
-        TROPICAL, fsa.schedule, fsa.final_weight, alpha, choices
+        TROPICAL, fsa.schedule, final_weight, alpha, choices
     )
     # The trace-back lists the last arc first, then A (none): reverse the
     # real arcs into the first slots.
@@ -56,14 +57,15 @@ def _best_path_one(fsa: Fsa) -> Fsa:
     neg_inf = jnp.asarray(-jnp.inf, fsa.weight.dtype)
     # The chain's schedule lists every slot; off-path slots have weight -inf,
     # so masking them needs no new schedule (and `arc_mask` may be traced).
-    chain = dataclasses.replace(chain, arc_mask=arc_mask)
+    # Only the path's last state is final (none when no path succeeds), so
+    # structural ops on the result see the path's one final state.
+    final_mask = (jnp.arange(levels) == length) & found
+    chain = dataclasses.replace(chain, arc_mask=arc_mask, final_mask=final_mask)
     return chain.replace(
         ilabel=jnp.where(arc_mask, fsa.ilabel[arcs], 0),
         olabel=jnp.where(arc_mask, fsa.olabel[arcs], 0),
         weight=jnp.where(arc_mask, fsa.weight[arcs], neg_inf),
-        final_weight=jnp.where(
-            (jnp.arange(levels) == length) & found, fsa.final_weight[final_state], neg_inf
-        ),
+        final_weight=jnp.where(final_mask, final_weight[final_state], neg_inf),
     )
 
 

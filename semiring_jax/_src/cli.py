@@ -4,7 +4,10 @@ A stand-in for `fstinfo`, `fstshortestdistance`, `fstshortestpath`,
 `fstdraw`, `fstcompose` and `fstdeterminize` in a shell pipeline: it reads
 OpenFst (AT&T) or k2 text from a file or stdin and writes text to stdout or
 `-o PATH`. A bad file or a failed computation is one line on stderr,
-`semiring-jax: error: <message>`, and exit status 2, as for a usage error.
+`semiring-jax: error: <message>`, and exit status 2, as for a usage error:
+whatever the failure (running out of memory or a bug included), never a
+traceback, and never a long line (quoted input is cut, and the message to
+`_MESSAGE_LIMIT` characters). An interrupt (Ctrl-C) exits with 130.
 
 This module imports JAX only inside the commands, so parsing arguments and
 `--help` cost nothing beyond the package import itself.
@@ -23,7 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from semiring_jax._src.cli_parser import PROG, build_parser
-from semiring_jax._src.host import text_io
+from semiring_jax._src.host import messages, text_io
 
 if TYPE_CHECKING:
     from semiring_jax._src.fsa import Fsa
@@ -36,14 +39,22 @@ class _NoResult(Exception):
     """A well-formed input with nothing to print (exit status 1, like grep)."""
 
 
+# The longest error line printed (quoted input is already cut to 60).
+_MESSAGE_LIMIT = 500
+
+
 # -- reading and writing ------------------------------------------------------
 
 
 def _read_text(path: str) -> str:
+    """The file's (or stdin's) text; bad UTF-8 names the file and line."""
     if path == "-":
-        return sys.stdin.read()
-    with open(path, encoding="utf-8") as handle:
-        return handle.read()
+        stream = getattr(sys.stdin, "buffer", None)
+        if stream is None:  # already text (e.g. io.StringIO in tests)
+            return sys.stdin.read()
+        return messages.decode_utf8(stream.read(), "<stdin>")
+    with open(path, "rb") as handle:
+        return messages.decode_utf8(handle.read(), path)
 
 
 def _detect_format(text: str) -> str:
@@ -83,10 +94,12 @@ def _read_fsa(path: str, args: argparse.Namespace, tables: tuple[Any, Any] | Non
     if getattr(args, "resolved_format", None) is None:
         args.resolved_format = input_format
     dtype = np.float64 if args.float64 else np.float32
+    if input_format != "k2":
+        # Read outside the `try`: a bad symbol file names itself, not `path`.
+        isymbols, osymbols = _tables(args) if tables is None else tables
     try:
         if input_format == "k2":
             return Fsa.from_k2(text, dtype=dtype)
-        isymbols, osymbols = _tables(args) if tables is None else tables
         return Fsa.from_openfst(
             text,
             acceptor=True if args.acceptor else None,
@@ -228,7 +241,8 @@ def _compose(args: argparse.Namespace) -> str:
     if osymbols is None and second.is_acceptor:
         # The result's output labels are B's one label column.
         args.tables = (isymbols, middle)
-    return _fsa_text(sj.compose(first, second), args)
+    composed = sj.compose(first, second, max_states=args.max_states, max_arcs=args.max_arcs)
+    return _fsa_text(composed, args)
 
 
 def _determinize(args: argparse.Namespace) -> str:
@@ -263,7 +277,16 @@ def _write(text: str, path: str) -> None:
 
 
 def _one_line(err: BaseException) -> str:
-    return " ".join(str(err).split())
+    """The error as one line of at most `_MESSAGE_LIMIT` characters."""
+    text = str(err)
+    if len(text) > 4 * _MESSAGE_LIMIT:  # do not split a huge message whole
+        text = text[: 4 * _MESSAGE_LIMIT]
+    return messages.cut(" ".join(text.split()), _MESSAGE_LIMIT)
+
+
+def _error(message: str) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -274,7 +297,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
       0 on success; 1 when there is nothing to print (`best-path --labels`
       of an FSA with no successful path); 2 for a usage error, a bad file or
-      a failed computation (with one line on stderr, no traceback).
+      a failed computation, running out of memory included (with one short
+      line on stderr, no traceback); 130 on an interrupt (Ctrl-C).
     Examples:
       >>> import os, tempfile
       >>> from semiring_jax._src.cli import main
@@ -304,7 +328,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (ValueError, OSError) as err:
-        print(f"{PROG}: error: {_one_line(err)}", file=sys.stderr)
-        return 2
+    except (ValueError, OSError) as err:  # UnicodeDecodeError is a ValueError
+        return _error(_one_line(err))
+    except MemoryError as err:
+        detail = _one_line(err)
+        return _error("out of memory" + (f": {detail}" if detail else ""))
+    except RecursionError:
+        return _error("recursion too deep (past Python's recursion limit) on this input")
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # a bug of ours: still one line, never a traceback
+        return _error(f"internal error: {type(err).__name__}: {_one_line(err)}")
     return 0

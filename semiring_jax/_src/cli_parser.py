@@ -8,11 +8,28 @@ that write an FSA add `--out-format`.
 from __future__ import annotations
 
 import argparse
+import re
 
-__all__ = ["PROG", "build_parser"]
+__all__ = ["PROG", "build_parser", "count"]
 
 PROG = "semiring-jax"
 _FORMATS = ("openfst", "k2", "auto")
+_DIGITS = re.compile(r"[0-9]{1,18}")
+
+
+def count(text: str) -> int:
+    """A positive integer option: ASCII digits only (Python's `int` would
+    also take `1_000`, spaces and non-ASCII digits).
+
+    Examples:
+      >>> count("100000")
+      100000
+    """
+    if not _DIGITS.fullmatch(text) or int(text) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive integer (ASCII digits), got {text[:60]!r}"
+        )
+    return int(text)
 
 
 def _input_options() -> argparse.ArgumentParser:
@@ -160,6 +177,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="symbol table of A's output and B's input labels (A reads "
         "--isymbols:--msymbols, B --msymbols:--osymbols)",
     )
+    compose.add_argument(
+        "--max-states",
+        type=count,
+        default=1_000_000,
+        help="give up beyond this many pair states (default 1000000)",
+    )
+    compose.add_argument(
+        "--max-arcs",
+        type=count,
+        default=10_000_000,
+        help="give up beyond this many arcs (default 10000000)",
+    )
 
     determinize = command(
         "determinize", "an equivalent deterministic acceptor, like fstdeterminize"
@@ -169,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     _semiring_option(determinize, "log")
     determinize.add_argument(
         "--max-states",
-        type=int,
+        type=count,
         default=100_000,
         help="give up beyond this many result states (default 100000)",
     )

@@ -1,13 +1,25 @@
-"""Log-sum-exp on compensated (hi + lo) float pairs, for long LOG scans.
+"""Scores as compensated (hi, lo) float pairs, for long LOG and TROPICAL scans.
 
-A dense LOG scan keeps every score normalised per frame, yet a state that
-stays 30 nats below the frame's best for thousands of frames (a CTC state
-waiting its turn) is rounded to the float32 grid at |score| ~ 30 on every
-frame: ~1e-6 per frame, a random walk that reaches ~1e-4 in the posteriors
-at T = 5,000. Carrying each score as an unevaluated sum hi + lo, with the
-rounding error of every large addition captured exactly by TwoSum (Knuth),
-removes that walk; what remains is the ~1e-7 error of exp and log on O(1)
-numbers. It costs a few extra adds per slot.
+A scan that adds a weight to a score at every step rounds the score to the
+float grid each time: at |score| ~ 30 that is ~1e-6 per step in float32, a
+random walk that reaches ~1e-4 in the posteriors at T = 5,000 frames or
+levels, and at |score| ~ 1e5 (a 30,000-level chain) each step's rounding
+is ~0.004. Carrying each score as an unevaluated sum hi + lo, with the
+rounding error of every addition captured exactly by TwoSum (Knuth),
+removes that walk: the pair holds a score to ~1e-7 of its O(1) part
+however large hi grows (-3e9 after three frames of -1e9 log-probs, or
+-1e30 for a masked token), and what remains is the ~1e-7 error of exp and
+log on O(1) numbers.
+
+Pairs are kept normalised (|lo| <= half an ulp of hi), so that comparing
+(hi, lo) lexicographically orders the scores they stand for, and the
+largest of several pairs, subtracted from each, leaves exponents <= 0
+(no overflow, whatever the magnitude).
+
+±inf and NaN: an infinite hi has lo 0. NaN in gives NaN out. -inf is the
+semiring zero: -inf ⊗ +inf is -inf (zero annihilates), not the NaN that
+-inf + inf gives in floats, so a +inf weight stays visible (+inf) wherever
+a path uses it and changes nothing where none does.
 """
 
 from __future__ import annotations
@@ -17,60 +29,143 @@ import functools
 import jax
 import jax.numpy as jnp
 
-__all__ = ["add", "exp_difference", "log_sum_columns", "log_sum_pair", "two_sum"]
+__all__ = [
+    "add",
+    "add_pairs",
+    "exp_difference",
+    "log_sum_columns",
+    "log_sum_pair",
+    "max_pair",
+    "times",
+    "two_sum",
+]
+
+Pair = tuple[jax.Array, jax.Array]
 
 
-def two_sum(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(s, e) with s = fl(a + b) and s + e = a + b exactly; e = 0 where s is
-    not finite (an -inf score has no rounding error to keep)."""
+def times(a: jax.typing.ArrayLike, b: jax.typing.ArrayLike) -> jax.Array:
+    """a + b, with -inf + inf = -inf (LOG and TROPICAL ⊗: zero annihilates);
+    NaN inputs stay NaN."""
+    a, b = jnp.asarray(a), jnp.asarray(b)
     total = a + b
+    from_infinities = jnp.isnan(total) & ~jnp.isnan(a) & ~jnp.isnan(b)
+    return jnp.where(from_infinities, -jnp.inf, total)
+
+
+def _finite_or_zero(error: jax.Array, total: jax.Array) -> jax.Array:
+    return jnp.where(jnp.isfinite(total), error, jnp.zeros_like(error))
+
+
+def two_sum(a: jax.Array, b: jax.Array) -> Pair:
+    """(s, e) with s = fl(a ⊗ b) (`times`) and s + e = a + b exactly; e = 0
+    where s is not finite (an infinite score has no rounding error)."""
+    total = times(a, b)
     b_part = total - a
     error = (a - (total - b_part)) + (b - b_part)
-    return total, jnp.where(jnp.isfinite(total), error, jnp.zeros_like(error))
+    return total, _finite_or_zero(error, total)
 
 
-def add(hi: jax.Array, lo: jax.Array, value: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(hi + lo) + value, as a new (hi, lo) pair."""
+def _normalise(hi: jax.Array, lo: jax.Array) -> Pair:
+    """The same sum with |lo| <= half an ulp of hi (Fast2Sum: |hi| >= |lo|)."""
+    total = hi + lo
+    error = lo - (total - hi)
+    total = jnp.where(jnp.isfinite(hi), total, hi)  # inf + NaN residue: keep inf
+    return total, _finite_or_zero(error, total)
+
+
+def add(hi: jax.Array, lo: jax.Array, value: jax.Array) -> Pair:
+    """(hi + lo) ⊗ value, as a normalised pair."""
     total, error = two_sum(hi, value)
-    return total, lo + error
+    return _normalise(total, lo + error)
 
 
-def _safe(top: jax.Array) -> jax.Array:
-    return jax.lax.stop_gradient(jnp.where(jnp.isfinite(top), top, jnp.zeros_like(top)))
+def add_pairs(a: Pair, b: Pair) -> Pair:
+    """(a_hi + a_lo) ⊗ (b_hi + b_lo), as a normalised pair."""
+    total, error = two_sum(a[0], b[0])
+    return _normalise(total, error + (a[1] + b[1]))
+
+
+def _top(hi: jax.Array, lo: jax.Array, axis: int) -> Pair:
+    """The lexicographic maximum of the pairs along `axis`, with finite hi
+    (0, 0 where the maximum is ±inf or NaN, so that subtracting it keeps
+    those entries as they are); no gradient (results do not depend on it)."""
+    top_hi = jnp.max(hi, axis=axis, initial=-jnp.inf)
+    at_top = hi == jnp.expand_dims(top_hi, axis)
+    top_lo = jnp.max(jnp.where(at_top, lo, -jnp.inf), axis=axis, initial=-jnp.inf)
+    finite = jnp.isfinite(top_hi)
+    return (
+        jax.lax.stop_gradient(jnp.where(finite, top_hi, jnp.zeros_like(top_hi))),
+        jax.lax.stop_gradient(jnp.where(finite, top_lo, jnp.zeros_like(top_lo))),
+    )
 
 
 def _log_total(total: jax.Array) -> jax.Array:
-    """log(total), -inf for 0, with a NaN-free gradient."""
-    nonempty = total > 0
-    return jnp.where(nonempty, jnp.log(jnp.where(nonempty, total, 1)), -jnp.inf)
+    """log(total): -inf for 0 (with a NaN-free gradient), NaN for NaN."""
+    empty = total == 0
+    return jnp.where(empty, -jnp.inf, jnp.log(jnp.where(empty, jnp.ones_like(total), total)))
 
 
-def log_sum_pair(hi: jax.Array, lo: jax.Array, axis: int) -> tuple[jax.Array, jax.Array]:
-    """log Σ exp(hi + lo) along `axis`, as a (hi, lo) pair (-inf, 0 for an
-    empty or all -inf slice)."""
+def _shifted_log(top: Pair, log_total: jax.Array) -> Pair:
+    """top + log_total as a pair; log_total is O(1), or ±inf / NaN."""
+    hi, error = two_sum(top[0], log_total)
+    return _normalise(hi, error + top[1])
+
+
+def log_sum_pair(hi: jax.Array, lo: jax.Array, axis: int) -> Pair:
+    """log Σ exp(hi + lo) along `axis`, as a pair (-inf, 0 for an empty or
+    all -inf slice; +inf if any term is +inf; NaN if any is NaN)."""
+    top = _top(hi, lo, axis)
     # hi - top is exact (Sterbenz) for the terms that matter, those within
     # a factor of two of the top; the others are tiny after exp.
-    safe_top = _safe(jnp.max(hi, axis=axis, initial=-jnp.inf))
-    total = jnp.sum(jnp.exp((hi - jnp.expand_dims(safe_top, axis)) + lo), axis=axis)
-    return two_sum(safe_top, _log_total(total))
+    exponent = (hi - jnp.expand_dims(top[0], axis)) + (lo - jnp.expand_dims(top[1], axis))
+    return _shifted_log(top, _log_total(jnp.sum(jnp.exp(exponent), axis=axis)))
 
 
-def log_sum_columns(his: list[jax.Array], los: list[jax.Array]) -> tuple[jax.Array, jax.Array]:
+def log_sum_columns(his: list[jax.Array], los: list[jax.Array]) -> Pair:
     """log Σ_k exp(his[k] + los[k]), elementwise over columns, as a pair."""
     # Elementwise over the K columns: XLA fuses it into one kernel, where a
     # reduction over a [S, K] array would start a new one.
-    safe_top = _safe(functools.reduce(jnp.maximum, his, jnp.full_like(his[0], -jnp.inf)))
-    total = functools.reduce(jnp.add, [jnp.exp((h - safe_top) + lo) for h, lo in zip(his, los)])
-    return two_sum(safe_top, _log_total(total))
+    top_hi = functools.reduce(jnp.maximum, his, jnp.full_like(his[0], -jnp.inf))
+    top_lo = functools.reduce(
+        jnp.maximum,
+        [jnp.where(h == top_hi, lo, -jnp.inf) for h, lo in zip(his, los)],
+        jnp.full_like(his[0], -jnp.inf),
+    )
+    finite = jnp.isfinite(top_hi)
+    top = (
+        jax.lax.stop_gradient(jnp.where(finite, top_hi, jnp.zeros_like(top_hi))),
+        jax.lax.stop_gradient(jnp.where(finite, top_lo, jnp.zeros_like(top_lo))),
+    )
+    total = functools.reduce(
+        jnp.add, [jnp.exp((h - top[0]) + (lo - top[1])) for h, lo in zip(his, los)]
+    )
+    return _shifted_log(top, _log_total(total))
+
+
+def max_pair(hi: jax.Array, lo: jax.Array, axis: int) -> tuple[Pair, jax.Array]:
+    """The largest pair along `axis` (TROPICAL ⊕) and its index, the first
+    largest (int32; the axis length where the slice is empty, or NaN)."""
+    top_hi = jnp.max(hi, axis=axis, initial=-jnp.inf)
+    at_top = hi == jnp.expand_dims(top_hi, axis)
+    top_lo = jnp.max(jnp.where(at_top, lo, -jnp.inf), axis=axis, initial=-jnp.inf)
+    top_lo = jnp.where(jnp.isfinite(top_hi), top_lo, jnp.zeros_like(top_lo))
+    chosen = at_top & (lo == jnp.expand_dims(top_lo, axis))
+    positions = jax.lax.broadcasted_iota(jnp.int32, hi.shape, axis % hi.ndim)
+    index = jnp.min(jnp.where(chosen, positions, hi.shape[axis]), axis=axis)
+    return (top_hi, top_lo), index
 
 
 def exp_difference(
     hi: jax.Array, lo: jax.Array, total_hi: jax.Array, total_lo: jax.Array
 ) -> jax.Array:
     """exp((hi + lo) - (total_hi + total_lo)), accurate when the two are
-    large and close (a posterior exp(α + β - Z)); 0 where the total is
-    -inf."""
-    found = jnp.isfinite(total_hi)
-    safe_hi = jnp.where(found, total_hi, jnp.zeros_like(total_hi))
+    large and close (a posterior exp(α + β - Z)), at most 1; 0 where the
+    total is -inf, NaN where it is NaN or +inf (a +inf score is a bug to keep
+    visible, and its posteriors are undefined)."""
+    empty = total_hi == -jnp.inf
+    safe_hi = jnp.where(jnp.isfinite(total_hi), total_hi, jnp.zeros_like(total_hi))
     difference = (hi - safe_hi) + (lo - total_lo)
-    return jnp.where(found, jnp.exp(difference), jnp.zeros_like(difference))
+    # Rounding can put a certain event a hair above 1; a probability is not.
+    posterior = jnp.minimum(jnp.exp(difference), 1)
+    posterior = jnp.where(total_hi == jnp.inf, jnp.nan, posterior)
+    return jnp.where(empty, jnp.zeros_like(difference), posterior)

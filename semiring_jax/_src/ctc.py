@@ -12,6 +12,7 @@ state is gathered once per frame, not once per arc.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,13 +22,51 @@ import numpy as np
 import numpy.typing as npt
 from jax.typing import DTypeLike
 
-from semiring_jax._src import checks, cpu_ctc, dense_recursion
-from semiring_jax._src.dense import best_columns, check_emissions, check_lengths, dtype_of
+from semiring_jax._src import checks, cpu_ctc, dense_recursion, derivatives
+from semiring_jax._src.dense import (
+    as_array,
+    best_columns,
+    check_emissions,
+    check_lengths,
+    dtype_of,
+)
 from semiring_jax._src.dense_recursion import Slots
 from semiring_jax._src.fsa import Fsa
 from semiring_jax._src.semiring import LOG
 
 __all__ = ["ctc_graph", "ctc_loss", "ctc_topo", "forced_align"]
+
+# (input_lengths [B], labels [B, U], label_lengths [B])
+Lengths = tuple[jax.Array, jax.Array, jax.Array]
+
+_INT32_MAX = int(np.iinfo(np.int32).max)
+
+
+def _check_int(value: Any, name: str, fn: str) -> int:
+    """`value` as a Python int: a Python or numpy integer (a 0-d integer
+    array too), not a bool, a float or a traced value."""
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{fn}: {name} must be an int, got bool {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        shown = (
+            "a traced value"
+            if checks.is_traced(value)
+            else f"{type(value).__name__} {repr(value) if isinstance(value, str) else value}"
+        )
+        raise ValueError(f"{fn}: {name} must be an int, got {shown}") from None
+
+
+def _check_blank(blank: Any, vocab_size: int | None, fn: str) -> int:
+    """The blank as an int in [0, V) ([0, 2**31) without a V)."""
+    blank = _check_int(blank, "blank", fn)
+    if vocab_size is None:
+        if not 0 <= blank <= _INT32_MAX:
+            raise ValueError(f"{fn}: blank = {blank} is outside [0, 2**31 - 1]; tokens are int32")
+    elif not 0 <= blank < vocab_size:
+        raise ValueError(f"{fn}: blank = {blank} is outside [0, V) = [0, {vocab_size})")
+    return blank
 
 
 def ctc_topo(
@@ -50,8 +89,8 @@ def ctc_topo(
     indistinguishable from epsilon, so keep the blank at 0 to compose.
 
     Args:
-      vocab_size: V, the number of tokens including the blank.
-      blank: the blank token, in [0, V).
+      vocab_size: V, the number of tokens including the blank (an int).
+      blank: the blank token, an int in [0, V) (not a bool or a float).
       modified: the modified topology (fewer arcs).
       dtype: float32 (default) or float64.
     Returns:
@@ -65,8 +104,10 @@ def ctc_topo(
       >>> sj.ctc_topo(3, modified=True).num_arcs
       9
     """
+    vocab_size = _check_int(vocab_size, "vocab_size", "ctc_topo")
     if vocab_size < 1:
         raise ValueError(f"ctc_topo: vocab_size must be at least 1, got {vocab_size}")
+    blank = _check_int(blank, "blank", "ctc_topo")
     if not 0 <= blank < vocab_size:
         raise ValueError(
             f"ctc_topo: blank = {blank} is outside [0, vocab_size) = [0, {vocab_size})"
@@ -115,18 +156,42 @@ def _is_one_sequence(labels: Any) -> bool:
     return all(np.ndim(label) == 0 for label in labels)
 
 
+def _integer_labels(values: Any, name: str, fn: str) -> np.ndarray:
+    """Concrete integer labels as int64, any shape; a ValueError naming
+    `name` for non-integers and for values outside int32 (never wrapped)."""
+    try:
+        array = np.asarray(checks.concrete(values, name, fn))
+    except (TypeError, ValueError, OverflowError) as err:
+        if str(err).startswith(f"{fn}:"):
+            raise
+        raise ValueError(f"{fn}: {name} must hold integers: {err}") from None
+    if array.size == 0:
+        return array.astype(np.int64)
+    if array.dtype.kind not in "iu":
+        raise ValueError(f"{fn}: {name} must hold integers, got dtype {array.dtype}")
+    bad = np.argwhere(array > _INT32_MAX)
+    if bad.size:
+        where = "[" + ", ".join(str(int(i)) for i in bad[0]) + "]"
+        raise ValueError(
+            f"{fn}: {name}{where} = {array[tuple(bad[0])]} is above 2**31 - 1; labels are int32"
+        )
+    return array.astype(np.int64)
+
+
 def _label_rows(labels: Any, label_lengths: Any | None, fn: str) -> list[np.ndarray]:
     """Host label sequences from a padded [B, U] array (+ lengths) or lists."""
     if label_lengths is None and not hasattr(labels, "shape"):
-        return [np.asarray(row, np.int64).reshape(-1) for row in labels]
-    labels = checks.concrete(labels, "labels", fn)
+        return [
+            _integer_labels(row, f"labels[{b}]", fn).reshape(-1) for b, row in enumerate(labels)
+        ]
+    labels = _integer_labels(labels, "labels", fn)
     if labels.ndim != 2:
         raise ValueError(f"{fn}: labels must have shape [B, U], got {labels.shape}")
     if label_lengths is None:
-        return list(labels.astype(np.int64))
+        return list(labels)
     lengths = checks.concrete(label_lengths, "label_lengths", fn)
     _check_label_lengths(lengths, labels.shape, fn)
-    return [labels[b, :n].astype(np.int64) for b, n in enumerate(lengths.tolist())]
+    return [labels[b, :n] for b, n in enumerate(lengths.tolist())]
 
 
 def _check_label_lengths(lengths: np.ndarray, labels_shape: tuple[int, ...], fn: str) -> None:
@@ -166,13 +231,14 @@ def ctc_graph(
         form), or a batch: a list of sequences, or int [B, U] padded with
         anything past `label_lengths`.
       label_lengths: int [B]; all of U by default.
-      blank: the blank token.
+      blank: the blank token, an int (not a bool or a float).
       dtype: float32 (default) or float64.
     Returns:
       A transducer Fsa: unbatched for one sequence, else batched (B,).
     Raises:
-      ValueError: for a label equal to `blank` or negative, or a length
-        outside [0, U].
+      ValueError: for a label equal to `blank`, negative or above `2**31 - 1`,
+        a label that is not an integer, a `blank` that is not an int (bool
+        and float refused) in [0, `2**31`), or a length outside [0, U].
     Examples:
       >>> import semiring_jax as sj
       >>> sj.ctc_graph([3, 5]).num_states
@@ -181,8 +247,9 @@ def ctc_graph(
       >>> graph.batch_shape, graph.num_states
       ((2,), 5)
     """
+    blank = _check_blank(blank, None, "ctc_graph")
     if label_lengths is None and _is_one_sequence(labels):
-        row = np.asarray(checks.concrete(labels, "labels", "ctc_graph"), np.int64)
+        row = _integer_labels(labels, "labels", "ctc_graph").reshape(-1)
         _check_row(row, "labels", blank)
         return _one_ctc_graph(row, blank, dtype)
     graphs = []
@@ -287,14 +354,8 @@ def _state_emissions(log_probs: jax.Array, tokens: jax.Array) -> jax.Array:
     return jax.vmap(lambda e, t: jnp.take(e.T, t, axis=0).T, out_axes=1)(log_probs, tokens)
 
 
-def _scan_loss(
-    log_probs: jax.Array,
-    input_lengths: jax.Array,
-    labels: jax.Array,
-    label_lengths: jax.Array,
-    blank: int,
-) -> jax.Array:
-    """The loss [B] by the portable dense scan (any backend)."""
+def _scan_log_likelihood(log_probs: jax.Array, aux: Lengths, blank: int) -> jax.Array:
+    """log Z [B] by the portable dense scan (any backend), differentiable."""
 
     def one_utterance(
         slots: Slots,
@@ -308,31 +369,52 @@ def _scan_loss(
             LOG, slots, slot_weight, final_weight, state_emissions, length, slot_grads=False
         )
 
-    totals = _ctc_totals(log_probs, input_lengths, labels, label_lengths, blank, one_utterance)
-    loss = jnp.zeros_like(totals) - totals  # +0.0, not -0.0, for a certain alignment
-    # Rounding can push a certain alignment's log-probability just above 0.
-    return jnp.where(loss < 0, jnp.zeros_like(loss), loss)
+    totals: jax.Array = _ctc_totals(log_probs, *aux, blank, one_utterance)
+    return totals
+
+
+def _scan_log_likelihood_and_grad(
+    blank: int, log_probs: jax.Array, aux: Lengths
+) -> tuple[jax.Array, jax.Array]:
+    """(log Z [B], its gradient [B, T, V]) by the scan: the kernel's
+    reference, and the portable path."""
+    log_z, pullback = jax.vjp(lambda lp: _scan_log_likelihood(lp, aux, blank), log_probs)
+    return log_z, pullback(jnp.ones_like(log_z))[0]
+
+
+def _loss(log_z: jax.Array) -> jax.Array:
+    """-log Z, with rounding's negatives clamped to 0 (a certain alignment
+    can come out at log Z = 1e-7). -inf (a +inf log-prob) and NaN stay."""
+    loss = jnp.zeros_like(log_z) - log_z  # +0.0, not -0.0, for a certain alignment
+    return jnp.where((loss < 0) & (loss > -jnp.inf), jnp.zeros_like(loss), loss)
 
 
 @functools.cache
-def _scan_gradient(blank: int) -> cpu_ctc.Reference:
-    """The scan's gradient, (log_probs, lengths, labels, label_lengths,
-    cotangent [B]) -> [B, T, V]: what the kernel's gradient differentiates
-    by (cached per blank, so traces share it)."""
+def _op(blank: int) -> derivatives.ScoreOp:
+    """The loss and its gradient, by the kernel where it serves (decided at
+    trace time), else by the scan; cached per blank, so traces share it."""
+    reference = functools.partial(_scan_log_likelihood_and_grad, blank)
 
-    def gradient(
-        log_probs: jax.Array,
-        input_lengths: jax.Array,
-        labels: jax.Array,
-        label_lengths: jax.Array,
-        cotangent: jax.Array,
-    ) -> jax.Array:
-        _, pullback = jax.vjp(
-            lambda lp: _scan_loss(lp, input_lengths, labels, label_lengths, blank), log_probs
-        )
-        return pullback(cotangent)[0]
+    def value(log_probs: jax.Array, aux: Lengths) -> jax.Array:
+        if cpu_ctc.usable(log_probs):
+            return _loss(cpu_ctc.log_likelihood(blank, log_probs, aux))
+        return _loss(_scan_log_likelihood(log_probs, aux, blank))
 
-    return gradient
+    def value_and_grad(log_probs: jax.Array, aux: Lengths) -> tuple[jax.Array, jax.Array]:
+        if cpu_ctc.usable(log_probs):
+            log_z, grad = cpu_ctc.log_likelihood_and_grad(blank, reference, log_probs, aux)
+        else:
+            log_z, grad = reference(log_probs, aux)
+        # The gradient is that of -log Z even where rounding clamped the
+        # value: minus the posteriors, summing to -1 on every frame.
+        # A log Z beyond the dtype's range (-inf after rounding) counts as
+        # infeasible on every path: a +inf loss with gradient exactly 0.
+        infeasible = (log_z == -jnp.inf)[:, None, None]
+        grad = jnp.where(infeasible, jnp.zeros_like(grad), jnp.zeros_like(grad) - grad)
+        grad = derivatives.undefined_to_nan(log_z, grad, inf_undefined=True)
+        return _loss(log_z), grad
+
+    return derivatives.ScoreOp(value, value_and_grad)
 
 
 @functools.partial(jax.jit, static_argnames=("blank", "zero_infinity"))
@@ -344,13 +426,9 @@ def _ctc_loss(
     blank: int,
     zero_infinity: bool,
 ) -> jax.Array:
-    args = (log_probs, input_lengths, labels, label_lengths)
-    if cpu_ctc.usable(log_probs):
-        loss = cpu_ctc.ctc_loss(blank, _scan_gradient(blank), *args)
-    else:
-        loss = _scan_loss(*args, blank)
-    if zero_infinity:
-        loss = jnp.where(jnp.isinf(loss), jnp.zeros_like(loss), loss)
+    loss = derivatives.score(_op(blank), log_probs, (input_lengths, labels, label_lengths))
+    if zero_infinity:  # +inf only: NaN and a -inf loss (from +inf inputs) stay visible
+        loss = jnp.where(loss == jnp.inf, jnp.zeros_like(loss), loss)
     return loss
 
 
@@ -365,6 +443,8 @@ def _check_ctc_inputs(
     log_probs = check_emissions(log_probs, fn, "log_probs")
     batch, num_frames, vocab_size = log_probs.shape
     input_lengths = check_lengths(input_lengths, batch, num_frames, fn, "input_lengths", "T")
+    labels = as_array(labels, "labels", fn)
+    label_lengths = as_array(label_lengths, "label_lengths", fn)
     if np.ndim(labels) != 2 or np.shape(labels)[0] != batch:
         raise ValueError(
             f"{fn}: labels must have shape [B, U] with B = {batch}, got {tuple(np.shape(labels))}"
@@ -372,8 +452,7 @@ def _check_ctc_inputs(
     if not np.issubdtype(dtype_of(labels), np.integer):
         raise ValueError(f"{fn}: labels must hold integers, got {dtype_of(labels)}")
     max_labels = np.shape(labels)[1]
-    if not 0 <= blank < vocab_size:
-        raise ValueError(f"{fn}: blank = {blank} is outside [0, V) = [0, {vocab_size})")
+    blank = _check_blank(blank, vocab_size, fn)
     if not checks.is_traced(label_lengths):
         _check_label_lengths(np.asarray(label_lengths), (batch, max_labels), fn)
     label_lengths = check_lengths(label_lengths, batch, max_labels, fn, "label_lengths", "U")
@@ -387,7 +466,9 @@ def _check_ctc_inputs(
                 f"{fn}: labels[{b}, {u}] = {values[b, u]} is outside [0, V) = "
                 f"[0, {vocab_size}) or equals blank = {blank}"
             )
-    labels = jnp.clip(jnp.asarray(labels, jnp.int32), 0, vocab_size - 1)  # padding
+    # Padding (and, traced, anything) into [0, V) before the cast, so that
+    # an int64 label never wraps to a small int32 one.
+    labels = jnp.clip(jnp.asarray(labels), 0, vocab_size - 1).astype(jnp.int32)
     return log_probs, input_lengths, labels, label_lengths
 
 
@@ -407,8 +488,17 @@ def ctc_loss(
     over the first `input_lengths[b]` frames: `-dense_tot_score` of the CTC
     graph, computed without building it. The gradient with respect to
     `log_probs` is minus the per-frame token posteriors (computed from
-    normalised forward-backward scores, not by autodiff through the scan);
-    frames past `input_lengths[b]` get exactly 0.
+    normalised forward-backward scores, not by autodiff through the scan):
+    in [-1, 0] and summing to -1 on every frame, at any magnitude of the
+    log-probs; frames past `input_lengths[b]` get exactly 0. Forward mode
+    (`jax.jvp`, `jax.hessian`) works as well as `jax.grad`.
+
+    The value is clamped at 0: rounding can put a certain alignment's
+    -log Z at -1e-7, and scores that are not log-probabilities can make it
+    negative; the gradient stays that of -log Z. NaN in a log-prob the
+    loss reads (a blank or label column within the length) gives a NaN
+    loss and a NaN gradient for that utterance, with or without
+    `zero_infinity`. The same on the CPU kernel and on the scan.
 
     Args:
       log_probs: float [B, T, V], per-frame log-probabilities (batch first;
@@ -416,16 +506,21 @@ def ctc_loss(
       input_lengths: int [B], frames per utterance in [0, T].
       labels: int [B, U], padded; entries past `label_lengths` are ignored.
       label_lengths: int [B], in [0, U].
-      blank: the blank token.
+      blank: the blank token, a Python or numpy int in [0, V) (not a bool
+        or a float).
       zero_infinity: give 0.0 instead of +inf for infeasible utterances
-        (too few frames for their labels), like torch's option. Either way
-        their gradient is exactly 0.
+        (too few frames for their labels, or a loss beyond the dtype's
+        range), like torch's option. Either way their gradient is exactly 0.
     Returns:
-      float [B], >= 0; +inf where an utterance is infeasible.
+      float [B], >= 0; +inf where an utterance is infeasible; NaN for NaN
+      inputs; -inf only where a +inf log-prob is used.
     Raises:
       ValueError: for log_probs not of rank 3, lengths outside [0, T] or
-        [0, U], labels not [B, U], or a used label outside [0, V) or equal to
-        `blank` (checked when the values are concrete).
+        [0, U], labels not [B, U], a `blank` that is not an int in [0, V),
+        or a used label outside [0, V) or equal to `blank` (values checked
+        when concrete; traced lengths and labels are clamped into range
+        before the cast to int32, never wrapped). Lists and tuples are
+        accepted for every array.
     Examples:
       >>> import jax.numpy as jnp
       >>> import semiring_jax as sj

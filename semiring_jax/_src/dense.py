@@ -20,9 +20,11 @@ import numpy.typing as npt
 from semiring_jax._src import checks, dense_recursion
 from semiring_jax._src.dense_recursion import Slots
 from semiring_jax._src.fsa import Fsa
+from semiring_jax._src.host import messages
 from semiring_jax._src.semiring import LOG, TROPICAL, Semiring
 
 __all__ = [
+    "as_array",
     "check_emissions",
     "check_graph",
     "check_lengths",
@@ -33,13 +35,43 @@ __all__ = [
 ]
 
 
+def as_array(values: Any, name: str, fn: str) -> Any:
+    """`values` as an array: an array (numpy, JAX, traced) unchanged; Python
+    lists, tuples and scalars as numpy, floats in JAX's default float dtype
+    (float32 unless jax_enable_x64: what `jnp.asarray` makes of them) and
+    integers at full width, so that their values are checked before any
+    cast to int32. A ValueError for ragged or non-numeric data."""
+    if hasattr(values, "dtype") and hasattr(values, "shape"):
+        return values
+    try:
+        array = np.asarray(values)
+    except jax.errors.TracerArrayConversionError:
+        return jnp.asarray(values)  # e.g. a list of traced scalars
+    except (TypeError, ValueError, OverflowError) as err:
+        raise ValueError(
+            f"{fn}: {name} must be an array, or a rectangular list or tuple, of numbers: "
+            f"{messages.cut(str(err), 120)}"
+        ) from None
+    if array.dtype.kind not in "biuf":
+        raise ValueError(
+            f"{fn}: {name} must hold numbers (integers within int64), got dtype {array.dtype}"
+        )
+    if array.dtype.kind == "f":
+        array = array.astype(jax.dtypes.canonicalize_dtype(array.dtype))
+    return array
+
+
 def dtype_of(values: Any) -> np.dtype:
-    """The dtype of an array or of array-like data (lists, scalars)."""
-    return np.dtype(values.dtype) if hasattr(values, "dtype") else np.result_type(values)
+    """The dtype of an array or of array-like data (lists, tuples, scalars:
+    the dtype `as_array` gives them)."""
+    if hasattr(values, "dtype"):
+        return np.dtype(values.dtype)
+    return np.dtype(as_array(values, "values", "dtype_of").dtype)
 
 
 def check_emissions(emissions: Any, fn: str, name: str = "emissions") -> jax.Array:
     """`emissions` as a float [B, T, V] array; a ValueError otherwise."""
+    emissions = as_array(emissions, name, fn)
     if np.ndim(emissions) != 3:
         raise ValueError(
             f"{fn}: {name} must have rank 3, [B, T, V], got shape {tuple(np.shape(emissions))}"
@@ -54,9 +86,12 @@ def check_emissions(emissions: Any, fn: str, name: str = "emissions") -> jax.Arr
 def check_lengths(
     lengths: Any, batch: int, limit: int, fn: str, name: str, limit_name: str
 ) -> jax.Array:
-    """int32 [B] lengths in [0, limit] (values checked when concrete)."""
+    """int32 [B] lengths in [0, limit]: values checked when concrete (before
+    the cast), clamped to [0, limit] when traced (before the cast, so that
+    an int64 length of 2**32 + 5 never wraps to 5)."""
     if lengths is None:
         return jnp.full((batch,), limit, jnp.int32)
+    lengths = as_array(lengths, name, fn)
     if tuple(np.shape(lengths)) != (batch,):
         raise ValueError(
             f"{fn}: {name} must have shape [B] = ({batch},), got {tuple(np.shape(lengths))}"
@@ -71,7 +106,8 @@ def check_lengths(
             raise ValueError(
                 f"{fn}: {name}[{b}] = {values[b]} is outside [0, {limit_name}] = [0, {limit}]"
             )
-    return jnp.asarray(lengths, jnp.int32)
+        return jnp.asarray(lengths).astype(jnp.int32)
+    return jnp.clip(lengths, 0, limit).astype(jnp.int32)
 
 
 def check_graph(graph: Any, batch: int, num_columns: int, dtype: np.dtype, fn: str) -> None:
@@ -104,7 +140,7 @@ def check_graph(graph: Any, batch: int, num_columns: int, dtype: np.dtype, fn: s
 
 def graph_slots(graph: Fsa, semiring: Semiring) -> tuple[Slots, jax.Array, jax.Array]:
     """(slots, slot_weight [S, K], final_weight [S]) of one unbatched graph;
-    unused slots weigh the semiring's zero."""
+    unused slots and non-final states weigh the semiring's zero."""
     in_arcs = graph.schedule.state_in_arcs  # [S, K], A where unused
     num_states, num_slots = in_arcs.shape
     no_slot = num_states * num_slots
@@ -120,7 +156,9 @@ def graph_slots(graph: Fsa, semiring: Semiring) -> tuple[Slots, jax.Array, jax.A
         .set(no_slot)
     )
     leaving = slot_of_arc[graph.schedule.state_out_arcs]
-    return Slots(src=src, label=label, leaving=leaving), weight, jnp.asarray(graph.final_weight)
+    # Non-final states stop with the semiring's zero, whatever they store.
+    final_weight = jnp.where(graph.final_mask, graph.final_weight, semiring.zero)
+    return Slots(src=src, label=label, leaving=leaving), weight, final_weight
 
 
 def _over_batch(
@@ -160,20 +198,25 @@ def dense_tot_score(
     materialised: a `lax.scan` over frames carries the [S] forward scores,
     normalised per frame so that float32 stays accurate for long inputs.
 
-    Gradients (custom VJP for LOG and TROPICAL): with respect to `emissions`
+    Gradients (a backward recursion for LOG and TROPICAL, as a custom JVP:
+    forward and reverse mode both work): with respect to `emissions`
     they are the per-frame posteriors of each column (LOG) or the 0/1
     indicator of the best path's columns (TROPICAL; ties: the lowest
     best final state, then the lowest-numbered arc into each state); with
     respect to `graph.weight` / `final_weight`, the expected number of uses
     (LOG) or the count on the best path. Frames past `lengths[b]` get
     gradient exactly 0; so does everything when no path succeeds (-inf).
-    Other semirings: plain autodiff through an unnormalised scan.
+    NaN in a weight or in an emission the scan reads (within the length)
+    gives NaN, with NaN gradients. Other semirings: plain autodiff through
+    an unnormalised scan.
 
     Args:
       graph: an Fsa (cyclic allowed) shared by the batch, or a batched Fsa
         with B entries (one graph per utterance). Labels in [0, V).
       emissions: float [B, T, V], per-frame scores (e.g. log-probabilities).
       lengths: int [B], frames per utterance in [0, T]; T by default.
+        Checked when concrete; traced, clamped to [0, T] before the cast
+        to int32 (an int64 value never wraps).
       semiring: LOG (default), TROPICAL or any `Semiring`.
     Returns:
       float [B]; -inf where no path of the right length succeeds.

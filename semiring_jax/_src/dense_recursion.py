@@ -17,26 +17,27 @@ LOG runs in `dense_log.py` on compensated (hi, lo) scores. The scan here
 serves TROPICAL, whose scores are shifted per frame so that their maximum
 is 0 (the shifts summed apart), and any user semiring (unshifted).
 
-Gradients (a custom VJP): LOG runs in `dense_log.py`, which forms
-posteriors frame by frame in a reverse scan and reduces them into [T, V]
-(or [T, S]) and [S, K] as it goes, so no [T, S, K] array is held. TROPICAL
-saves each state's best slot per frame and traces one path back. Other
-semirings are differentiated by autodiff through the plain scan.
+Gradients (`derivatives.score`, a custom JVP whose tangent is ⟨gradient,
+tangent⟩): LOG's come from `dense_log.py`, which forms posteriors frame by
+frame in a reverse scan and reduces them into [T, V] (or [T, S]) and
+[S, K] as it goes, so no [T, S, K] array is held. TROPICAL saves each
+state's best slot per frame and traces one path back. Other semirings are
+differentiated by autodiff through the plain scan.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import functools
 
 import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
-from semiring_jax._src import dense_log
+from semiring_jax._src import dense_log, derivatives
 from semiring_jax._src.dense_slots import Slots, frame_scores, max_or_zero, pull, varying_like
 from semiring_jax._src.semiring import LOG, Semiring
 
-__all__ = ["Slots", "best_frames", "dense_total", "forward_with_choices", "total"]
+__all__ = ["Slots", "best_frames", "forward_with_choices", "total"]
 
 
 def _normalises(semiring: Semiring) -> bool:
@@ -108,7 +109,6 @@ def _is_log(semiring: Semiring) -> bool:
 
 def _plain_total(
     semiring: Semiring,
-    slot_grads: bool,
     slots: Slots,
     slot_weight: jax.Array,
     final_weight: jax.Array,
@@ -124,53 +124,53 @@ def _plain_total(
     return total + jnp.sum(shifts) if _normalises(semiring) else total
 
 
-dense_total = jax.custom_vjp(_plain_total, nondiff_argnums=(0, 1))
+# diff = (slot_weight [S, K], final_weight [S], emissions [T, V] or [T, S]);
+# aux = (slots, length).
+Diff = tuple[jax.Array, jax.Array, jax.Array]
+Aux = tuple[Slots, jax.Array]
 
 
-def _total_fwd(
-    semiring: Semiring,
-    slot_grads: bool,
-    slots: Slots,
-    slot_weight: jax.Array,
-    final_weight: jax.Array,
-    emissions: jax.Array,
-    length: jax.Array,
-) -> tuple[jax.Array, tuple[Any, ...]]:
-    alpha: Any  # LOG: the (hi, lo) pair
+def _value_and_grads(
+    semiring: Semiring, slot_grads: bool, diff: Diff, aux: Aux
+) -> tuple[jax.Array, Diff]:
+    """(total [], (slot, final, emission) gradients) of LOG (posteriors) or
+    a selective semiring (the best path's indicator).
+
+    | total | gradients                                                |
+    | -inf  | exactly 0: LOG posteriors exp(α + β - Z) are 0 where Z is |
+    |       | -inf, and TROPICAL traces no path                         |
+    | +inf  | LOG: NaN; TROPICAL: a path through the +inf weight or    |
+    |       | emission; the +inf total stays visible either way         |
+    | NaN   | NaN (NaN in a weight or an emission that the scan reads)  |
+    """
+    (slot_weight, final_weight, emissions), (slots, length) = diff, aux
     if _is_log(semiring):
-        alpha, saved = dense_log.forward(slots, slot_weight, emissions, length)
-        total_hi, total_lo = dense_log.total_pair(alpha, final_weight)
+        pair, pairs = dense_log.forward(slots, slot_weight, emissions, length)
+        total_hi, total_lo = dense_log.total_pair(pair, final_weight)
         total = total_hi + total_lo
+        grads = dense_log.posterior_grads(
+            slot_grads, slots, slot_weight, final_weight, emissions, length, pair, pairs
+        )
     else:
-        alpha, saved, shifts = _forward(
+        alpha, choices, shifts = _forward(
             semiring, slots, slot_weight, emissions, length, with_choice=True
         )
         total = semiring.sum(_ends(semiring, alpha, final_weight), axis=0) + jnp.sum(shifts)
-    return total, (slots, slot_weight, final_weight, emissions, length, alpha, saved)
-
-
-def _total_bwd(
-    semiring: Semiring, slot_grads: bool, residuals: tuple[Any, ...], cotangent: jax.Array
-) -> tuple[None, jax.Array, jax.Array, jax.Array, None]:
-    # | total | gradients                                                    |
-    # | -inf  | exactly 0: LOG posteriors exp(α + β - Z) are 0 where Z is   |
-    # |       | -inf, and TROPICAL traces no path                             |
-    # | +inf  | a +inf weight or emission: NaN (LOG) or a path through it;   |
-    # |       | the +inf total stays visible either way                       |
-    slots, slot_weight, final_weight, emissions, length, alpha, saved = residuals
-    if _is_log(semiring):
-        grads = dense_log.posterior_grads(
-            slot_grads, slots, slot_weight, final_weight, emissions, length, alpha, saved
-        )
-    else:
         grads = _best_path_grads(
-            semiring, slots, slot_weight, final_weight, emissions, length, alpha, saved
+            semiring, slots, slot_weight, final_weight, emissions, length, alpha, choices
         )
-    slot_grad, final_grad, emission_grad = (g * cotangent for g in grads)
-    return None, slot_grad, final_grad, emission_grad, None
+    return total, derivatives.undefined_to_nan(total, grads, inf_undefined=_is_log(semiring))
 
 
-dense_total.defvjp(_total_fwd, _total_bwd)
+@functools.cache
+def _op(semiring: Semiring, slot_grads: bool) -> derivatives.ScoreOp:
+    """The dense total and its gradient as a `derivatives.ScoreOp`; cached,
+    so that traces share one static argument."""
+
+    def value(diff: Diff, aux: Aux) -> jax.Array:
+        return _plain_total(semiring, aux[0], *diff, aux[1])
+
+    return derivatives.ScoreOp(value, functools.partial(_value_and_grads, semiring, slot_grads))
 
 
 def best_frames(
@@ -290,13 +290,13 @@ def total(
       float []; -inf where no path ends in a final state after `length` frames.
     """
     if not (_is_log(semiring) or semiring.argsum is not None):
-        return _plain_total(
-            semiring, slot_grads, slots, slot_weight, final_weight, emissions, length
-        )
+        return _plain_total(semiring, slots, slot_weight, final_weight, emissions, length)
     # Inside jax.shard_map a graph shared by the batch is replicated while
     # the emissions vary per device; a custom VJP must return cotangents of
     # its inputs' own type, so the weights enter it as varying values (and
     # autodiff of that conversion sums their gradients over devices).
     slot_weight = varying_like(emissions, slot_weight)
     final_weight = varying_like(emissions, final_weight)
-    return dense_total(semiring, slot_grads, slots, slot_weight, final_weight, emissions, length)
+    return derivatives.score(
+        _op(semiring, slot_grads), (slot_weight, final_weight, emissions), (slots, length)
+    )

@@ -149,7 +149,8 @@ def determinize(fsa: Fsa, semiring: Semiring = LOG, *, max_states: int = 100_000
         semiring,
         sizes,
         jnp.asarray(fsa.weight)[real],
-        jnp.asarray(fsa.final_weight),
+        # Members that are not final stop with zero, whatever they store.
+        jnp.where(fsa.final_mask, fsa.final_weight, semiring.zero),
         depths,
         members,
     )

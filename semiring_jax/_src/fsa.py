@@ -25,7 +25,7 @@ __all__ = ["Fsa", "assemble"]
 
 
 _STRUCTURE_FIELDS = ("src", "dst", "arc_mask")
-_FREE_FIELDS = ("ilabel", "olabel", "weight", "final_weight")
+_FREE_FIELDS = ("ilabel", "olabel", "weight", "final_weight", "final_mask")
 
 
 # eq=False: comparing or hashing arrays field by field is ill-defined;
@@ -39,12 +39,21 @@ class Fsa:
     change weights with `replace`. A batched Fsa (from `sj.stack`) has a
     leading batch axis [B] on every array.
 
+    Which states are final is structure, `final_mask`, as which arcs exist
+    is `arc_mask`: the score ops read `final_weight` only where
+    `final_mask` is True and `weight` only where `arc_mask` is True, and
+    take the semiring's zero elsewhere. So the values stored there (-inf)
+    never matter, and another semiring's weights (e.g. the real semiring,
+    zero 0.0) are given with `replace(weight=..., final_weight=...)` on an
+    Fsa built with the right final states.
+
     Attributes:
       src, dst: int32 [A], arc source and destination states.
       ilabel, olabel: int32 [A], input and output labels.
       weight: float [A], arc scores (-inf on padding arcs).
       final_weight: float [S], stopping scores, -inf where not final.
       arc_mask: bool [A], False on padding arcs.
+      final_mask: bool [S], True on final states (False on padding states).
       schedule: the index tables the score recursions gather through.
       cycle: static; () if acyclic, else the states of one cycle.
       is_acceptor: static; True for an acceptor (olabel == ilabel).
@@ -65,6 +74,7 @@ class Fsa:
     weight: ArrayLeaf
     final_weight: ArrayLeaf
     arc_mask: ArrayLeaf
+    final_mask: ArrayLeaf
     schedule: Schedule
     cycle: tuple[int, ...] = ()
     is_acceptor: bool = True
@@ -114,8 +124,12 @@ class Fsa:
           arcs: a sequence (or [A, 4] / [A, 5] array) of `(src, dst, label,
             weight)` acceptor arcs or `(src, dst, ilabel, olabel, weight)`
             transducer arcs. Weights are scores; -inf is allowed.
-          final: `{state: weight}`, or a sequence of states (weight 0.0).
-          num_states: S; by default one more than the largest state named.
+          final: `{state: weight}`, or a sequence of states (weight 0.0):
+            the final states (`final_mask`), a weight of -inf included.
+          num_states: S, at most `2**31 - 1`; by default one more than the
+            largest state named, which must then be below 2 A + F + 1 +
+            `2**20` (A arcs, F final states), so that memory stays
+            proportional to the input; pass it for a sparser numbering.
           start: the start state; states `start` and 0 are swapped so that
             the start becomes state 0.
           dtype: float32 (default) or float64 (needs jax_enable_x64).
@@ -123,8 +137,9 @@ class Fsa:
           An unbatched Fsa that keeps the given arc order.
         Raises:
           ValueError: naming the arc or state at fault, for an out-of-range
-            state, a negative or non-integer label, a NaN or +inf weight, or
-            arcs of mixed arity.
+            state, a negative or non-integer label, a state or label above
+            `2**31 - 1` (int32), a NaN or +inf weight, a finite weight that
+            rounds to +inf or -inf in `dtype`, or arcs of mixed arity.
         Examples:
           >>> import semiring_jax as sj
           >>> fsa = sj.Fsa.from_arcs([(0, 1, 1, 2, 0.5)], final={1: -0.25})
@@ -180,8 +195,10 @@ class Fsa:
           An unbatched Fsa.
         Raises:
           ValueError: for a malformed line or a symbol not in its table,
-            naming the line number; for an acceptor given two different
-            tables.
+            naming the line number (integers are ASCII digits within int32,
+            weights ASCII decimals or infinities; a weight `dtype` cannot
+            hold, or a state id past the bound of `from_arcs`, is refused
+            too); for an acceptor given two different tables.
         Examples:
           >>> import semiring_jax as sj
           >>> fsa = sj.Fsa.from_openfst("0 1 7 0.5\\n1 2 8 1.0\\n2\\n")
@@ -215,9 +232,10 @@ class Fsa:
         Returns:
           An unbatched Fsa with one state fewer than the k2 text names.
         Raises:
-          ValueError: for a malformed line (with its number), a -1 arc that
-            does not enter the final state, an arc leaving the final state,
-            or two -1 arcs from one state.
+          ValueError: for a malformed line (with its number; fields as in
+            `from_openfst`), a -1 arc that does not enter the final state,
+            an arc leaving the final state, two -1 arcs from one state, or a
+            final state past the bound of `from_arcs` on state ids.
         Examples:
           >>> import semiring_jax as sj
           >>> fsa = sj.Fsa.from_k2("0 1 5 0.5\\n1 2 -1 0.25\\n2\\n")
@@ -237,6 +255,8 @@ class Fsa:
             )
         real = checks.concrete(self.arc_mask, "arc_mask", fn).astype(bool)
         pick = lambda field: checks.concrete(getattr(self, field), field, fn)[real]
+        final_mask = checks.concrete(self.final_mask, "final_mask", fn).astype(bool)
+        final_weight = checks.concrete(self.final_weight, "final_weight", fn)
         return build.ArcArrays(
             self.num_states,
             pick("src"),
@@ -244,8 +264,11 @@ class Fsa:
             pick("ilabel"),
             pick("olabel"),
             pick("weight"),
-            checks.concrete(self.final_weight, "final_weight", fn),
+            # The writers mark finals by a weight > -inf (OpenFst's finite
+            # cost): a non-final state's stored value must not count.
+            np.where(final_mask, final_weight, np.asarray(-np.inf, final_weight.dtype)),
             self.is_acceptor,
+            final_mask,
         )
 
     def to_openfst(
@@ -488,6 +511,13 @@ class Fsa:
         `arc_mask` changes the structure: they must be concrete and the
         schedule is rebuilt.
 
+        Replacing `final_weight` keeps which states are final, as replacing
+        `weight` keeps the arcs, whether the new values are traced or not:
+        a -inf value leaves a state final with weight zero, and a value at a
+        non-final state is ignored (read as the semiring's zero). To change
+        which states are final, replace `final_mask` (bool [..., S]; the
+        structural ops need it concrete).
+
         Args:
           **fields: new values, by field name.
         Returns:
@@ -503,6 +533,11 @@ class Fsa:
           >>> fsa = sj.linear_fsa([1, 2]).replace(weight=weight)
           >>> print(float(sj.tot_score(fsa)))
           0.75
+          >>> real = sj.Semiring(name="real", plus=jnp.add, times=jnp.multiply,
+          ...                    sum=jnp.sum, zero=0.0, one=1.0)
+          >>> fsa = fsa.replace(final_weight=jnp.array([0, 0, 0.5], jnp.float32))  # real
+          >>> print(float(sj.tot_score(fsa, real)))
+          0.0625
         """
         unknown = set(fields) - set(_STRUCTURE_FIELDS) - set(_FREE_FIELDS)
         if unknown:
@@ -512,13 +547,14 @@ class Fsa:
             )
         arc_shape = (*self.batch_shape, self.num_arcs)
         for name, value in fields.items():
-            expected = (*self.batch_shape, self.num_states) if name == "final_weight" else arc_shape
+            per_state = name in ("final_weight", "final_mask")
+            expected = (*self.batch_shape, self.num_states) if per_state else arc_shape
             checks.check_shape(
-                value,
-                name,
-                "replace",
-                expected,
-                "[..., S]" if name == "final_weight" else "[..., A]",
+                value, name, "replace", expected, "[..., S]" if per_state else "[..., A]"
+            )
+        if "final_mask" in fields and np.result_type(fields["final_mask"]) != np.bool_:
+            raise ValueError(
+                f"replace: final_mask must be bool, got {np.result_type(fields['final_mask'])}"
             )
         for name in set(fields) & {"ilabel", "olabel", "src", "dst"}:
             if not np.issubdtype(np.result_type(fields[name]), np.integer):
@@ -550,6 +586,7 @@ jax.tree_util.register_dataclass(
         "weight",
         "final_weight",
         "arc_mask",
+        "final_mask",
         "schedule",
     ],
     meta_fields=["cycle", "is_acceptor"],
@@ -673,6 +710,9 @@ def assemble(
         arc_mask = np.ones(num_arcs, dtype=bool)
     if real_sizes is None:
         real_sizes = (arrays.num_states, num_arcs)
+    final_mask = arrays.final_mask
+    if final_mask is None:  # the format's own rule: a weight > -inf is final
+        final_mask = checks.concrete(arrays.final_weight, "final_weight", "assemble") > -np.inf
     structure = _schedule_fields(
         arrays.num_states,
         arrays.src,
@@ -691,6 +731,7 @@ def assemble(
         weight=arrays.weight,
         final_weight=arrays.final_weight,
         arc_mask=arc_mask,
+        final_mask=np.asarray(final_mask, bool),
         is_acceptor=arrays.is_acceptor,
         **structure,
     )

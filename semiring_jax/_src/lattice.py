@@ -97,4 +97,5 @@ def _one_lattice(graph: Fsa, emissions: jax.Array, length: int) -> Fsa:
         parts.olabel[found.arc],
         graph.dtype,
         graph.is_acceptor,
+        is_final=found.final_state >= 0,
     ).replace(weight=weight, final_weight=final_weight)

@@ -11,6 +11,8 @@ from semiring_jax._src.host import build
 
 __all__ = ["linear_fsa"]
 
+_INT32_MAX = int(np.iinfo(np.int32).max)
+
 
 def linear_fsa(labels: npt.ArrayLike, *, dtype: npt.DTypeLike = np.float32) -> Fsa:
     """The acceptor of one label sequence: states 0..U, arc t reads labels[t].
@@ -25,7 +27,8 @@ def linear_fsa(labels: npt.ArrayLike, *, dtype: npt.DTypeLike = np.float32) -> F
       An unbatched acceptor with U + 1 states and U arcs.
     Raises:
       ValueError: if `labels` is not one-dimensional or holds a negative or
-        non-integer value (naming its position).
+        non-integer value, or one above `2**31 - 1` (labels are int32; naming
+        its position).
     Examples:
       >>> import semiring_jax as sj
       >>> fsa = sj.linear_fsa([3, 1, 4])
@@ -36,14 +39,20 @@ def linear_fsa(labels: npt.ArrayLike, *, dtype: npt.DTypeLike = np.float32) -> F
     labels = np.asarray(checks.concrete(labels, "labels", "linear_fsa"))
     if labels.ndim != 1:
         raise ValueError(f"linear_fsa: labels must have shape [U], got {labels.shape}")
-    bad = (
-        np.flatnonzero((labels < 0) | (labels != np.round(labels)))
-        if labels.size
-        else np.zeros(0, np.int64)
+    try:
+        # float64 holds every int32 exactly; larger values are refused below.
+        values = labels.astype(np.float64) if labels.dtype != bool else labels.astype(int)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(
+            f"linear_fsa: labels must hold integers, got dtype {labels.dtype}"
+        ) from None
+    bad = np.flatnonzero(
+        ~np.isfinite(values) | (values < 0) | (values > _INT32_MAX) | (values != np.round(values))
     )
     if len(bad):
         raise ValueError(
-            f"linear_fsa: labels[{bad[0]}] = {labels[bad[0]]}; expected a non-negative integer"
+            f"linear_fsa: labels[{bad[0]}] = {labels[bad[0]]}; expected a non-negative integer "
+            f"(int32: at most 2**31 - 1)"
         )
     num_arcs = labels.shape[0]
     steps = np.arange(num_arcs, dtype=np.int32)

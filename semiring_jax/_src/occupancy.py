@@ -1,7 +1,7 @@
 """`dense_occupancy`: per-frame posteriors of a dense intersection.
 
 Both views are gradients of `dense_tot_score` with respect to emissions, so
-they reuse its custom VJP (the compensated LOG forward-backward, or the
+they reuse its custom gradient (the compensated LOG forward-backward, or the
 TROPICAL trace-back) and never build the lattice. Per label, that is the
 gradient itself. Per state, each arc reads its emission through a column of
 its own (ilabel, dst) pair: the gradient of such a column is the posterior of

@@ -25,6 +25,7 @@ __all__ = [
     "endings",
     "forward_positions",
     "path_gradients",
+    "trace_back",
 ]
 
 
@@ -226,15 +227,35 @@ def best_path_arcs(
       slots past its start; the chosen final state, int32 []; and whether a
       path succeeds, bool [].
     """
-    levels, width = schedule.pos_state.shape
-    num_arcs = schedule.arc_src_pos.shape[0]
-    row_choice, part_choice = choices
     ending = endings(semiring, schedule, alpha, final_weight)
     total = semiring.sum(ending, axis=0)
     argsum = semiring.argsum
     assert argsum is not None  # see Args
     final_state = argsum(ending, total, axis=0)
     found = total != semiring.zero
+    return trace_back(schedule, choices, final_state, found), final_state, found
+
+
+def trace_back(
+    schedule: Schedule,
+    choices: tuple[jax.Array, jax.Array],
+    final_state: jax.Array,
+    found: jax.Array,
+) -> jax.Array:
+    """The arcs of the path that ⊕ chose, from `final_state` back to the start.
+
+    Args:
+      schedule: the tables of an unbatched Fsa.
+      choices: each row's chosen slot, int32 [L, R], and each state's chosen
+        row, int32 [L, W] (`forward_positions(..., with_choice=True)`).
+      final_state: int32 [], where the path ends.
+      found: bool [], whether a path succeeds (none is traced otherwise).
+    Returns:
+      int32 [L]: the path's arcs, last arc first, then A (none).
+    """
+    levels, width = schedule.pos_state.shape
+    num_arcs = schedule.arc_src_pos.shape[0]
+    row_choice, part_choice = choices
 
     def step(
         carry: tuple[jax.Array, jax.Array], _: None
@@ -249,4 +270,4 @@ def best_path_arcs(
 
     start = (schedule.state_pos[final_state], found)
     _, arcs = jax.lax.scan(step, start, None, length=levels)
-    return arcs, final_state, found
+    return arcs

@@ -14,6 +14,8 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
+from semiring_jax._src import compensated
+
 __all__ = ["LOG", "TROPICAL", "Semiring", "semiring"]
 
 
@@ -22,6 +24,13 @@ class Semiring:
     """A semiring, given by its operations.
 
     Build one rather than subclass it (pytree registration ignores subclasses).
+
+    Fsas are built with scores (LOG/TROPICAL weights). For a semiring whose
+    weights mean something else (e.g. the real one, zero 0.0), build the
+    structure with the right final states and give the weights in its
+    domain with `fsa.replace(weight=w, final_weight=f)`; the score ops read
+    the semiring's `zero` on padding and at non-final states (`final_mask`
+    False), whatever is stored there.
 
     Attributes:
         name: a short name, used in messages and by `sj.semiring`.
@@ -52,6 +61,11 @@ class Semiring:
         ...                    sum=jnp.sum, zero=0.0, one=1.0)
         >>> print(float(real.sum(jnp.array([0.5, 0.25]), axis=0)))
         0.75
+        >>> fsa = sj.Fsa.from_arcs([(0, 1, 1, 0.0), (0, 2, 2, 0.0)], final=[1, 2])
+        >>> fsa = fsa.replace(weight=jnp.array([0.5, 0.25]),
+        ...                   final_weight=jnp.array([0.0, 1.0, 2.0]))  # real values
+        >>> print(float(sj.tot_score(fsa, real)))  # 0.5 * 1 + 0.25 * 2
+        1.0
     """
 
     name: str
@@ -82,11 +96,15 @@ def _shifted_exp(x: jax.Array, axis: int) -> tuple[jax.Array, jax.Array]:
 def _log_sum(x: jax.typing.ArrayLike, axis: int) -> jax.Array:
     exps, shift = _shifted_exp(jnp.asarray(x), axis)
     total = jnp.sum(exps, axis=axis, keepdims=True)
+    return jnp.squeeze(_log_total(total) + shift, axis=axis)
+
+
+def _log_total(total: jax.Array) -> jax.Array:
     # log(0) would make the backward pass multiply inf by 0: take the log of
-    # a safe 1 instead and select -inf with `where`, whose gradient is 0.
-    nonempty = total > 0
-    log_total = jnp.where(nonempty, jnp.log(jnp.where(nonempty, total, 1)), -jnp.inf)
-    return jnp.squeeze(log_total + shift, axis=axis)
+    # a safe 1 instead and select -inf with `where`, whose gradient is 0. A
+    # NaN total (a NaN term) stays NaN.
+    empty = total == 0
+    return jnp.where(empty, -jnp.inf, jnp.log(jnp.where(empty, jnp.ones_like(total), total)))
 
 
 def _log_plus(a: jax.typing.ArrayLike, b: jax.typing.ArrayLike) -> jax.Array:
@@ -95,9 +113,7 @@ def _log_plus(a: jax.typing.ArrayLike, b: jax.typing.ArrayLike) -> jax.Array:
     a, b = jnp.asarray(a), jnp.asarray(b)
     shift = jax.lax.stop_gradient(jnp.maximum(a, b))
     shift = jnp.where(jnp.isfinite(shift), shift, jnp.zeros_like(shift))
-    total = jnp.exp(a - shift) + jnp.exp(b - shift)
-    nonempty = total > 0
-    return jnp.where(nonempty, jnp.log(jnp.where(nonempty, total, 1)), -jnp.inf) + shift
+    return _log_total(jnp.exp(a - shift) + jnp.exp(b - shift)) + shift
 
 
 def _log_sum_grad(x: jax.typing.ArrayLike, total: jax.typing.ArrayLike, axis: int) -> jax.Array:
@@ -137,25 +153,30 @@ def _max_sum_grad(x: jax.typing.ArrayLike, total: jax.typing.ArrayLike, axis: in
 LOG = Semiring(
     name="log",
     plus=_log_plus,
-    times=jnp.add,
+    times=compensated.times,
     sum=_log_sum,
     zero=-float("inf"),
     one=0.0,
     sum_grad=_log_sum_grad,
 )
-"""The log semiring: ⊕ = logaddexp, ⊗ = +, 0̄ = -inf, 1̄ = 0."""
+"""The log semiring: ⊕ = logaddexp, ⊗ = +, 0̄ = -inf, 1̄ = 0.
+
+⊗ keeps the zero absorbing: -inf ⊗ +inf = -inf (not NaN), so a +inf weight
+shows as +inf wherever a path uses it. NaN in any operand gives NaN."""
 
 TROPICAL = Semiring(
     name="tropical",
     plus=jnp.maximum,
-    times=jnp.add,
+    times=compensated.times,
     sum=_max_sum,
     zero=-float("inf"),
     one=0.0,
     sum_grad=_max_sum_grad,
     argsum=_max_argsum,
 )
-"""The tropical (max, +) semiring: 0̄ = -inf, 1̄ = 0; first maximum wins ties."""
+"""The tropical (max, +) semiring: 0̄ = -inf, 1̄ = 0; first maximum wins ties.
+
+⊗ is LOG's (-inf ⊗ +inf = -inf); ⊕ = max propagates NaN."""
 
 _BY_NAME = {"log": LOG, "tropical": TROPICAL}
 

@@ -1,13 +1,13 @@
 """`save` and `load`: an Fsa (single or batched) in a documented `.npz` file.
 
-Layout, version 2 (numpy's `.npz`: a zip of `.npy` arrays, read with
+Layout, version 3 (numpy's `.npz`: a zip of `.npy` arrays, read with
 `allow_pickle=False`). `...` is the batch shape: () for a single Fsa, (B,)
 for one from `sj.stack`; A and S are the padded arc and state counts.
 
 | array | dtype | shape | meaning |
 |---|---|---|---|
 | `format` | str | [] | always `"semiring_jax.Fsa"` |
-| `version` | int64 | [] | 2 (version 1 lacked the `pull_*` tables) |
+| `version` | int64 | [] | 3 (version 2 lacked `final_mask`, version 1 the `pull_*` tables) |
 | `batch_shape` | int64 | [N] | the batch shape `...` (N = 0: a single Fsa) |
 | `is_acceptor` | bool | [] | the static `is_acceptor` |
 | `cycle` | int64 | [C] | the static `cycle` (C = 0 when acyclic) |
@@ -16,6 +16,7 @@ for one from `sj.stack`; A and S are the padded arc and state counts.
 | `weight` | float32 or float64 | [..., A] | arc scores (-inf allowed) |
 | `final_weight` | as `weight` | [..., S] | stopping scores, -inf if not final |
 | `arc_mask` | bool | [..., A] | False on padding arcs |
+| `final_mask` | bool | [..., S] | True on final states (not in version 2, see below) |
 | `schedule.state_pos` | int32 | [..., S] | `Schedule` tables, one array each |
 | `schedule.pos_state` | int32 | [..., L, W] | |
 | `schedule.in_arc`, `schedule.in_src_pos` | int32 | [..., L, R, K] | |
@@ -33,53 +34,87 @@ for one from `sj.stack`; A and S are the padded arc and state counts.
 
 The schedule tables are stored, not rebuilt, so that a batch's padded
 sizes come back exactly; for a cyclic Fsa they are zero-sized (L = 0).
+`load` reads versions 2 and 3. Version 2 files lack `final_mask`: their
+final states are those with `final_weight` > -inf, as they were then.
 
 `load` trusts none of it: besides names, dtypes and shapes it checks the
 values (states in range, no NaN or +inf weight) and rebuilds every entry's
 schedule from its structure at the stored sizes, refusing a file whose
 tables differ, so a tampered file cannot mislead the score recursions.
+
+Nor does it allocate what a file merely claims. Before any array is read it
+checks the member names (the layout's, each once), every member's `.npy`
+header (dtype, shape; no Python objects) against its zip directory entry
+(the uncompressed size must be exactly the header plus the declared data;
+a stored member's compressed size equals it, a deflated one's may not
+promise more than deflate's 1032:1 ratio, and no other compression is
+read), the declared shapes against each other (the checks above), and
+their total against `max_bytes` (4 GiB by default). So a small file can
+never make `load` take more memory than that budget, nor more than 1032
+times its own size.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import zipfile
 from collections.abc import Callable
-from typing import Any, BinaryIO, Union
+from typing import Any, BinaryIO, NamedTuple, Union
 
 import numpy as np
 
 from semiring_jax._src import checks
 from semiring_jax._src.fsa import Fsa
-from semiring_jax._src.host import arc_tables, levels, schedule
+from semiring_jax._src.host import arc_tables, levels, messages, schedule
+from semiring_jax._src.host.messages import quote
 from semiring_jax._src.schedule import Schedule
 
-__all__ = ["FORMAT", "VERSION", "load", "save"]
+__all__ = ["FORMAT", "MAX_BYTES", "VERSION", "load", "save"]
 
 FORMAT = "semiring_jax.Fsa"
-VERSION = 2
+VERSION = 3
+# Versions `load` reads.
+_READS = (2, 3)
 
 _HEADER = ("format", "version", "batch_shape", "is_acceptor", "cycle")
 _ARC_FIELDS = ("src", "dst", "ilabel", "olabel", "weight", "arc_mask")
-_FSA_FIELDS = (*_ARC_FIELDS, "final_weight")
+_FSA_FIELDS = (*_ARC_FIELDS, "final_weight", "final_mask")
 _SCHEDULE_FIELDS = tuple(field.name for field in dataclasses.fields(Schedule))
 _NAMES = frozenset(_HEADER + _FSA_FIELDS + tuple(f"schedule.{f}" for f in _SCHEDULE_FIELDS))
+# Version 2 files, written before `Fsa.final_mask` existed, lack it; their
+# final states are those with final_weight > -inf, as they were then.
+_NOT_IN_VERSION_2 = frozenset({"final_mask"})
 
 File = Union[str, "os.PathLike[str]", BinaryIO]
+
+# load's default budget: the total size the arrays of a file may declare.
+MAX_BYTES = 1 << 32
+# The most a deflate stream expands (258 bytes from about 2 bits).
+_DEFLATE_RATIO = 1032
+# Arrays read before the shapes of the others are checked against them.
+_SMALL = ("format", "version", "batch_shape", "is_acceptor", "cycle")
+
+
+class _Declared(NamedTuple):
+    """What a member's `.npy` header declares, before its data is read."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
 
 
 def save(file: File, fsa: Fsa, *, compress: bool = False) -> None:
     """Writes an Fsa, single or batched, to a `.npz` file that `load` reads.
 
-    The layout (version 2) holds every pytree leaf as it is, padding and
+    The layout (version 3) holds every pytree leaf as it is, padding and
     -inf weights included, so `load(file)` gives back an equal Fsa:
 
-    - `format`: str [], `"semiring_jax.Fsa"`; `version`: int64 [], 2.
+    - `format`: str [], `"semiring_jax.Fsa"`; `version`: int64 [], 3.
     - `batch_shape`: int64 [N]; `is_acceptor`: bool []; `cycle`: int64 [C].
     - `src`, `dst`, `ilabel`, `olabel`: int32 [..., A]; `arc_mask`: bool
       [..., A]; `weight`: float32 or float64 [..., A]; `final_weight`: the
-      same dtype [..., S].
+      same dtype [..., S]; `final_mask`: bool [..., S].
     - `schedule.<field>`: int32, each `Schedule` table (e.g.
       `schedule.state_pos` [..., S], `schedule.in_arc` [..., L, R, K]).
 
@@ -126,20 +161,27 @@ def save(file: File, fsa: Fsa, *, compress: bool = False) -> None:
         writer(file, **arrays)
 
 
-def load(file: File) -> Fsa:
+def load(file: File, *, max_bytes: int = MAX_BYTES) -> Fsa:
     """Reads an Fsa written by `save`, checking everything it reads.
+
+    Names, `.npy` headers, shapes and sizes are checked before any array is
+    read (see the module docstring of `semiring_jax._src.serialization`),
+    so a file cannot make `load` allocate more than `max_bytes`.
 
     Args:
       file: a path (str or os.PathLike) or a binary file object.
+      max_bytes: the budget: the most bytes the file's arrays may declare
+        in total (4 GiB by default); raise it to load larger files.
     Returns:
       The Fsa (numpy leaves), equal leaf by leaf to the one saved, with the
       same `cycle` and `is_acceptor`.
     Raises:
       ValueError: naming the file and the array at fault: not a `save`
-        file, another format version, a missing or unexpected array, a
-        wrong dtype or shape, an out-of-range state, a NaN or +inf weight,
-        or schedule tables that do not match the structure; also for
-        float64 weights while jax_enable_x64 is off.
+        file, another format version, a missing, repeated or unexpected
+        array, a wrong dtype or shape, a size that disagrees with the zip
+        directory, more than `max_bytes` in all, an out-of-range state, a
+        NaN or +inf weight, or schedule tables that do not match the
+        structure; also for float64 weights while jax_enable_x64 is off.
     Examples:
       >>> import io
       >>> import semiring_jax as sj
@@ -151,18 +193,108 @@ def load(file: File) -> Fsa:
       [0.5] [-inf  -1.]
     """
     where = _file_name(file)
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, (int, np.integer)):
+        raise ValueError(f"load: max_bytes must be an int, got {max_bytes!r}")
     try:
-        data = np.load(file, allow_pickle=False)
-    except (OSError, EOFError, ValueError, zipfile.BadZipFile) as err:
+        if isinstance(file, (str, os.PathLike)):
+            with open(os.fspath(file), "rb") as stream:
+                return _load(stream, where, int(max_bytes))
+        return _load(file, where, int(max_bytes))
+    except (OSError, EOFError, zipfile.BadZipFile, zipfile.LargeZipFile) as err:
         raise ValueError(f"load: {where}: cannot read it as .npz: {err}") from None
-    if not isinstance(data, np.lib.npyio.NpzFile):
+
+
+def _load(stream: BinaryIO, where: str, max_bytes: int) -> Fsa:
+    start = stream.tell()
+    if stream.read(6) == b"\x93NUMPY":
         raise ValueError(f"load: {where}: a single .npy array, not a saved Fsa")
-    with data:
-        names = set(data.files)
-        if "format" not in names:
-            raise ValueError(f"load: {where}: no array 'format'; not a file written by sj.save")
-        arrays = {name: _read(data, name, where) for name in sorted(names)}
+    size = stream.seek(0, os.SEEK_END) - start
+    stream.seek(start)
+    with zipfile.ZipFile(stream) as archive:
+        members = _members(archive, where, size)
+        declared = {name: _declared(archive, info, name, where) for name, info in members.items()}
+        total = sum(math.prod(d.shape) * d.dtype.itemsize for d in declared.values())
+        if total > max_bytes:
+            raise ValueError(
+                f"load: {where}: the arrays declare {total} bytes in all, more than "
+                f"max_bytes = {max_bytes}; pass a larger max_bytes= to load the file"
+            )
+        # Shapes first, from the headers (with the few small arrays they
+        # are checked against), then the data.
+        shapes: dict[str, Any] = dict(declared)
+        for name in _SMALL:
+            if name in members:
+                shapes[name] = _read(archive, members[name], name, where)
+        _fsa_from_arrays(shapes, where, shapes_only=True)
+        arrays = {
+            name: shapes[name] if name in _SMALL else _read(archive, info, name, where)
+            for name, info in members.items()
+        }
     return _fsa_from_arrays(arrays, where)
+
+
+def _members(archive: zipfile.ZipFile, where: str, size: int) -> dict[str, zipfile.ZipInfo]:
+    """The zip members by array name, checked before anything is read."""
+    members: dict[str, zipfile.ZipInfo] = {}
+    for info in archive.infolist():
+        name = info.filename.removesuffix(".npy")
+        if name not in _NAMES or not info.filename.endswith(".npy"):
+            if "format.npy" not in archive.namelist():
+                break  # reported below as no 'format'
+            raise ValueError(f"load: {where}: array {quote(name)} is not part of the saved layout")
+        if name in members:
+            raise ValueError(f"load: {where}: array {name!r} appears twice in the file")
+        if info.header_offset + info.compress_size > size:
+            raise ValueError(
+                f"load: {where}: array {name!r} claims {info.compress_size} compressed "
+                f"bytes, more than the file holds ({size} bytes)"
+            )
+        members[name] = info
+    if "format" not in members:
+        raise ValueError(f"load: {where}: no array 'format'; not a file written by sj.save")
+    return members
+
+
+def _declared(archive: zipfile.ZipFile, info: zipfile.ZipInfo, name: str, where: str) -> _Declared:
+    """A member's `.npy` header, checked against its zip directory entry."""
+    fail = lambda problem: ValueError(f"load: {where}: array {name!r} {problem}")
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        raise fail(
+            f"is compressed with zip method {info.compress_type}; save writes stored or "
+            f"deflated members only"
+        )
+    if info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size:
+        raise fail(
+            f"is stored uncompressed in {info.compress_size} bytes but claims {info.file_size}"
+        )
+    if info.file_size > _DEFLATE_RATIO * info.compress_size + 64:
+        raise fail(
+            f"claims {info.file_size} bytes from {info.compress_size} compressed ones, more "
+            f"than deflate can expand ({_DEFLATE_RATIO}:1)"
+        )
+    try:
+        with archive.open(info) as member:
+            version = np.lib.format.read_magic(member)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+            elif version == (2, 0):
+                shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+            else:
+                raise fail(f"is in .npy format version {version}, which load does not read")
+            header_size = member.tell()
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
+        if str(err).startswith(f"load: {where}:"):
+            raise
+        raise fail(f"cannot be read: {messages.cut(str(err), 200)}") from None
+    if dtype.hasobject:
+        raise fail("cannot be read: it holds Python objects, which load does not unpickle")
+    data_size = math.prod(shape) * dtype.itemsize  # exact: no int64 wrap-around
+    if header_size + data_size != info.file_size:
+        raise fail(
+            f"declares shape {shape} of {dtype} ({data_size} bytes), but its zip member "
+            f"holds {info.file_size - header_size} bytes of data"
+        )
+    return _Declared(tuple(shape), dtype)
 
 
 def _file_name(file: File) -> str:
@@ -172,12 +304,16 @@ def _file_name(file: File) -> str:
     return repr(name) if isinstance(name, str) else "<file object>"
 
 
-def _read(data: Any, name: str, where: str) -> np.ndarray:
+def _read(archive: zipfile.ZipFile, info: zipfile.ZipInfo, name: str, where: str) -> np.ndarray:
+    """One member's array (its header already checked by `_declared`)."""
     try:
-        return np.asarray(data[name])
+        with archive.open(info) as member:
+            return np.asarray(np.lib.format.read_array(member, allow_pickle=False))
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
-        # e.g. an object array (refused without pickle), or a damaged member
-        raise ValueError(f"load: {where}: array {name!r} cannot be read: {err}") from None
+        # e.g. a damaged member (a bad CRC, or data cut short)
+        raise ValueError(
+            f"load: {where}: array {name!r} cannot be read: {messages.cut(str(err), 200)}"
+        ) from None
 
 
 class _Checker:
@@ -210,17 +346,21 @@ def _header(check: _Checker) -> tuple[tuple[int, ...], bool, tuple[int, ...]]:
     fmt = arrays["format"]
     if fmt.shape != () or fmt.dtype.kind != "U" or str(fmt[()]) != FORMAT:
         raise check.fail("format", f"is not {FORMAT!r}; not a file written by sj.save")
-    missing = sorted(_NAMES - set(arrays))
-    if "version" in missing:
+    if "version" not in arrays:
         raise check.fail("version", "is missing")
     version = arrays["version"]
-    if version.shape != () or version.dtype.kind not in "iu" or int(version) != VERSION:
-        raise check.fail("version", f"is {version!r}; this semiring_jax reads version {VERSION}")
+    if version.shape != () or version.dtype.kind not in "iu" or int(version) not in _READS:
+        raise check.fail(
+            "version",
+            f"is {version!r}; this semiring_jax reads versions {', '.join(map(str, _READS))}",
+        )
+    names = _NAMES - _NOT_IN_VERSION_2 if int(version) == 2 else _NAMES
+    missing = sorted(names - set(arrays))
     if missing:
         raise check.fail(missing[0], "is missing")
-    unexpected = sorted(set(arrays) - _NAMES)
+    unexpected = sorted(set(arrays) - names)
     if unexpected:
-        raise check.fail(unexpected[0], f"is not part of the version {VERSION} layout")
+        raise check.fail(unexpected[0], f"is not part of the version {int(version)} layout")
     (rank,) = check.rank("batch_shape", 1, "[N]")
     batch_shape = check.get("batch_shape", np.int64, (rank,), "[N]")
     if (batch_shape < 0).any():
@@ -231,7 +371,10 @@ def _header(check: _Checker) -> tuple[tuple[int, ...], bool, tuple[int, ...]]:
     return tuple(batch_shape.tolist()), bool(is_acceptor), tuple(cycle.tolist())
 
 
-def _fsa_from_arrays(arrays: dict[str, np.ndarray], where: str) -> Fsa:
+def _fsa_from_arrays(arrays: dict[str, Any], where: str, *, shapes_only: bool = False) -> Fsa:
+    """The Fsa of a file's arrays, every check made. With `shapes_only`, the
+    arrays other than `_SMALL` may be `_Declared` headers: only names,
+    dtypes and shapes are checked, and nothing is returned."""
     check = _Checker(arrays, where)
     batch_shape, is_acceptor, cycle = _header(check)
     batch = len(batch_shape)
@@ -256,6 +399,16 @@ def _fsa_from_arrays(arrays: dict[str, np.ndarray], where: str) -> Fsa:
     fields["weight"] = check.get("weight", dtype, arc_shape, "[..., A]")
     fields["final_weight"] = check.get("final_weight", dtype, state_shape, "[..., S]")
     fields["arc_mask"] = check.get("arc_mask", bool, arc_shape, "[..., A]")
+    if shapes_only:
+        if "final_mask" in arrays:
+            check.get("final_mask", bool, state_shape, "[..., S]")
+        _schedule_tables(check, batch_shape, num_states, num_arcs)
+        return None  # type: ignore[return-value]  # the value is not used
+    fields["final_mask"] = (
+        check.get("final_mask", bool, state_shape, "[..., S]")
+        if "final_mask" in arrays
+        else fields["final_weight"] > -np.inf
+    )
     _check_values(check, fields, num_states, cycle)
     tables = _schedule_tables(check, batch_shape, num_states, num_arcs)
     _check_schedule(check, fields, tables, num_states, cycle)

@@ -1,38 +1,52 @@
 """Total, forward and backward scores and arc posteriors (jit/vmap/grad).
 
-`tot_score` is a `jax.custom_vjp` for semirings that give `sum_grad` (LOG)
-or `argsum` (TROPICAL): the forward pass saves α and the local derivatives
-or choices, and the backward pass is one more level scan
-(`recursions.path_gradients`) or a trace-back of one path
-(`recursions.best_path_arcs`). Other semirings are differentiated by plain
-autodiff through the recursion.
+LOG and TROPICAL run the compensated level scans of `level_pairs.py` (or,
+on a single CPU, the compiled kernels of `cpu_scores.py`); any other
+semiring runs the float level scans of `recursions.py`. `tot_score` is
+differentiated by `derivatives.score`: a custom JVP whose tangent is
+⟨gradient, tangent⟩, with the gradient computed once by a backward
+recursion — LOG's posteriors exp(α + w + β - Z), TROPICAL's trace-back of
+one path, or for semirings that give `sum_grad` / `argsum` the level scan
+of local derivatives (`recursions.path_gradients`) or a trace-back. So
+forward and reverse mode both work, and second derivatives come from
+autodiff through those recursions. Other semirings are differentiated by
+plain autodiff through the recursion.
+
+| total | gradients (every path: kernels and scans alike)          |
+| -inf  | exactly 0                                                 |
+| +inf  | LOG: NaN; TROPICAL: the indicator of the best path (through |
+|       | a +inf weight); the +inf total stays visible              |
+| NaN   | NaN (a NaN weight on any real arc, or a NaN final weight) |
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from semiring_jax._src import cpu_scores, recursions
+from semiring_jax._src import cpu_scores, derivatives, level_pairs, recursions
 from semiring_jax._src.array_types import ArrayLeaf
 from semiring_jax._src.batch import jit_over_batch
 from semiring_jax._src.fsa import Fsa
 from semiring_jax._src.schedule import Schedule
-from semiring_jax._src.semiring import LOG, Semiring
+from semiring_jax._src.semiring import LOG, TROPICAL, Semiring
 
 __all__ = [
     "arc_posteriors",
     "backward_scores",
     "check_scorable",
+    "final_weights",
     "forward_scores",
     "tot_score",
 ]
 
 
 def check_scorable(fsa: Fsa, fn: str) -> None:
-    """Raises unless `fsa` is an acyclic Fsa (checked on static metadata)."""
+    """Raises unless `fsa` is an acyclic Fsa whose schedule fits its sizes
+    (checked on static metadata and shapes)."""
     if not isinstance(fsa, Fsa):
         raise TypeError(f"{fn}: expected an Fsa, got {type(fsa).__name__}")
     if fsa.cycle:
@@ -41,6 +55,48 @@ def check_scorable(fsa: Fsa, fn: str) -> None:
             f"{fn}: state {fsa.cycle[0]} lies on a cycle ({path}); score recursions "
             f"need an acyclic FSA"
         )
+    _check_schedule_shapes(fsa, fn)
+
+
+def _check_schedule_shapes(fsa: Fsa, fn: str) -> None:
+    """A schedule built for another Fsa (`dataclasses.replace(fsa,
+    schedule=...)`) would index past this one's arrays."""
+    schedule = fsa.schedule
+    per_arc = ("pull_arc", "pull_src", "arc_src_pos", "arc_dst_pos", "arc_grad_index")
+    expected = {name: fsa.num_arcs for name in per_arc}
+    expected["state_pos"] = fsa.num_states
+    for name, size in expected.items():
+        shape = getattr(schedule, name).shape
+        if shape[-1:] != (size,):
+            raise ValueError(
+                f"{fn}: the schedule's {name} has shape {tuple(shape)} but the Fsa has "
+                f"{size} {'arcs' if name in per_arc else 'states'} (a schedule of another Fsa?)"
+            )
+    if schedule.pull_end.shape != schedule.pos_state.shape:
+        raise ValueError(
+            f"{fn}: the schedule's pull_end {tuple(schedule.pull_end.shape)} and pos_state "
+            f"{tuple(schedule.pos_state.shape)} differ in shape (a schedule of another Fsa?)"
+        )
+
+
+def final_weights(fsa: Fsa, semiring: Semiring) -> jax.Array:
+    """`final_weight` on final states, the semiring's zero elsewhere, [..., S].
+
+    Which states are final is `final_mask`: the values stored at non-final
+    and padding states (-inf, the zero of LOG and TROPICAL) would be NaN or
+    a wrong term in another semiring (e.g. -inf * 0 in the real one).
+    """
+    return jnp.where(fsa.final_mask, fsa.final_weight, semiring.zero)
+
+
+def _is_builtin(semiring: Semiring) -> bool:
+    """LOG and TROPICAL, whose recursions run on compensated pairs."""
+    return semiring is LOG or semiring is TROPICAL
+
+
+def _has_rules(semiring: Semiring) -> bool:
+    """Semirings whose gradient is a backward recursion, not autodiff."""
+    return semiring.sum_grad is not None or semiring.argsum is not None
 
 
 def _total(
@@ -49,75 +105,87 @@ def _total(
     return semiring.sum(recursions.endings(semiring, schedule, alpha, final_weight), axis=0)
 
 
-def _plain_tot_score(
+def _scan_total(
     semiring: Semiring, schedule: Schedule, weight: ArrayLeaf, final_weight: ArrayLeaf
 ) -> jax.Array:
+    """The total score [] by the portable level scans."""
+    if _is_builtin(semiring):
+        tropical = semiring is TROPICAL
+        pair, _ = level_pairs.forward(schedule, weight, tropical=tropical)
+        total, _ = level_pairs.total(schedule, pair, final_weight, tropical=tropical)
+        return total[0] + total[1]
     alpha, _ = recursions.forward_positions(semiring, schedule, weight)
     return _total(semiring, schedule, alpha, final_weight)
 
 
-# Differentiated by `path_gradients`, not by autodiff through the scan.
-_tot_score_core = jax.custom_vjp(_plain_tot_score, nondiff_argnums=(0,))
-
-
-def _tot_score_fwd(
+def _rule_gradients(
     semiring: Semiring, schedule: Schedule, weight: ArrayLeaf, final_weight: ArrayLeaf
-) -> tuple[jax.Array, tuple[Any, ...]]:
-    selective = semiring.argsum is not None
-    alpha, saved = recursions.forward_positions(
-        semiring, schedule, weight, with_local=not selective, with_choice=selective
-    )
-    total = _total(semiring, schedule, alpha, final_weight)
-    return total, (schedule, final_weight, alpha, saved)
-
-
-def _tot_score_bwd(
-    semiring: Semiring, residuals: tuple[Any, ...], cotangent: jax.Array
-) -> tuple[None, jax.Array, jax.Array]:
-    # | total | arc / final gradient                                  |
-    # | -inf  | exactly 0 (sum_grad gives 0 on all -inf candidates,   |
-    # |       | and no path is traced back)                           |
-    # | +inf  | LOG: NaN; TROPICAL: the indicator of a path through   |
-    # |       | the +inf weight. Either way the +inf total stays      |
-    # |       | visible: a +inf weight is a bug, never clipped.       |
-    arc_grad, final_grad = _path_gradients(semiring, *residuals)
-    return None, arc_grad * cotangent, final_grad * cotangent
-
-
-def _path_gradients(
-    semiring: Semiring, schedule: Schedule, final_weight: jax.Array, alpha: jax.Array, saved: Any
-) -> tuple[jax.Array, jax.Array]:
-    """∂ total / ∂ (weight, final_weight) from the forward pass's residuals."""
+) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    """(total, gradients) of a user semiring with `sum_grad` or `argsum`."""
+    final_weight = jnp.asarray(final_weight)
     if semiring.argsum is None:
-        return recursions.path_gradients(semiring, schedule, final_weight, alpha, saved)
+        alpha, local = recursions.forward_positions(semiring, schedule, weight, with_local=True)
+        grads = recursions.path_gradients(semiring, schedule, final_weight, alpha, local)
+        return _total(semiring, schedule, alpha, final_weight), grads
+    alpha, choices = recursions.forward_positions(semiring, schedule, weight, with_choice=True)
     arcs, final_state, found = recursions.best_path_arcs(
-        semiring, schedule, final_weight, alpha, saved
+        semiring, schedule, final_weight, alpha, choices
     )
     num_arcs = schedule.arc_src_pos.shape[0]
     on_path = jnp.zeros(num_arcs + 1, final_weight.dtype).at[arcs].set(1)[:num_arcs]
     stop = jnp.zeros_like(final_weight).at[final_state].set(found.astype(final_weight.dtype))
-    return on_path, stop
+    return _total(semiring, schedule, alpha, final_weight), (on_path, stop)
 
 
-_tot_score_core.defvjp(_tot_score_fwd, _tot_score_bwd)
+def _scan_value_and_grads(
+    semiring: Semiring, diff: tuple[ArrayLeaf, ArrayLeaf], aux: tuple[Schedule, ArrayLeaf]
+) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    """(total [], (∂/∂weight [A], ∂/∂final_weight [S])) by the portable
+    scans; differentiable JAX (the kernels' reference)."""
+    (weight, final_weight), (schedule, _) = diff, aux
+    if semiring is LOG:
+        total, arc_grad, final_grad = level_pairs.log_gradients(schedule, weight, final_weight)
+        grads = (arc_grad, final_grad)
+    elif semiring is TROPICAL:
+        total, arc_grad, final_grad = level_pairs.tropical_gradients(schedule, weight, final_weight)
+        grads = (arc_grad, final_grad)
+    else:
+        total, grads = _rule_gradients(semiring, schedule, weight, final_weight)
+    return total, derivatives.undefined_to_nan(total, grads, inf_undefined=semiring is LOG)
 
 
-def _scan_gradients(
-    semiring: Semiring, schedule: Schedule, weight: ArrayLeaf, final_weight: ArrayLeaf
-) -> tuple[jax.Array, jax.Array]:
-    """∂ total / ∂ (weight, final_weight) by the portable level scans."""
-    _, residuals = _tot_score_fwd(semiring, schedule, weight, final_weight)
-    return _path_gradients(semiring, *residuals)
+@functools.cache
+def _op(semiring: Semiring) -> derivatives.ScoreOp:
+    """tot_score's value and gradient for one semiring: the kernels where
+    they serve (decided at trace time), else the scans."""
+    reference = functools.partial(_scan_value_and_grads, semiring)
+
+    def value(diff: tuple[ArrayLeaf, ArrayLeaf], aux: tuple[Schedule, ArrayLeaf]) -> jax.Array:
+        if cpu_scores.usable(semiring, diff[0]):
+            return cpu_scores.total(semiring, aux[0], *diff)
+        return _scan_total(semiring, aux[0], *diff)
+
+    def value_and_grad(
+        diff: tuple[ArrayLeaf, ArrayLeaf], aux: tuple[Schedule, ArrayLeaf]
+    ) -> tuple[jax.Array, Any]:
+        if cpu_scores.usable(semiring, diff[0]):
+            total, grads = cpu_scores.value_and_grads(semiring, reference, *aux, *diff)
+            return total, derivatives.undefined_to_nan(total, grads, inf_undefined=semiring is LOG)
+        return reference(diff, aux)
+
+    return derivatives.ScoreOp(value, value_and_grad)
+
+
+def _diff(fsa: Fsa, semiring: Semiring) -> tuple[jax.Array, jax.Array]:
+    weight = jnp.asarray(fsa.weight)
+    return weight, final_weights(fsa, semiring).astype(weight.dtype)
 
 
 def _tot_score_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
-    if cpu_scores.usable(semiring, fsa.schedule, fsa.weight):
-        return cpu_scores.tot_score(
-            semiring, _scan_gradients, fsa.schedule, fsa.src, fsa.weight, fsa.final_weight
-        )
-    custom = semiring.sum_grad is not None or semiring.argsum is not None
-    score = _tot_score_core if custom else _plain_tot_score
-    return score(semiring, fsa.schedule, fsa.weight, fsa.final_weight)
+    diff = _diff(fsa, semiring)
+    if not _has_rules(semiring):  # plain autodiff through the recursion
+        return _scan_total(semiring, fsa.schedule, *diff)
+    return derivatives.score(_op(semiring), diff, (fsa.schedule, fsa.src))
 
 
 def tot_score(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
@@ -127,8 +195,11 @@ def tot_score(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
     incoming cotangent), and with respect to `final_weight` the posterior
     (LOG) or indicator (TROPICAL) of stopping in each state. Gradients are
     finite everywhere: a -inf total, a padding arc or an unreachable state
-    gets gradient 0. For `jax.grad` with respect to a whole Fsa, pass
-    `allow_int=True` (its index arrays get float0 gradients).
+    gets gradient 0. Forward mode (`jax.jvp`, `jax.hessian`) works too. NaN
+    in a real arc's weight or a final weight gives a NaN total and NaN
+    gradients; a +inf weight that a path uses gives +inf (gradients: NaN in
+    LOG, the best path in TROPICAL). For `jax.grad` with respect to a whole
+    Fsa, pass `allow_int=True` (its index arrays get float0 gradients).
 
     Args:
       fsa: an acyclic Fsa, single or batched [B].
@@ -150,6 +221,9 @@ def tot_score(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
 
 
 def _forward_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
+    if _is_builtin(semiring):
+        pair, _ = level_pairs.forward(fsa.schedule, fsa.weight, tropical=semiring is TROPICAL)
+        return (pair[0] + pair[1])[fsa.schedule.state_pos]
     alpha, _ = recursions.forward_positions(semiring, fsa.schedule, fsa.weight)
     return alpha[fsa.schedule.state_pos]
 
@@ -162,7 +236,8 @@ def forward_scores(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
       semiring: LOG (default), TROPICAL or any `Semiring`.
     Returns:
       float [S] or [B, S]; `one` (0.0) at the start, `zero` (-inf) where a
-      state cannot be reached.
+      state cannot be reached; +inf where a path from the start passes a
+      +inf weight, as in `tot_score`.
     Raises:
       ValueError: if `fsa` has a cycle; the message names a state on it.
     Examples:
@@ -177,10 +252,17 @@ def forward_scores(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
 
 def _backward_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
     schedule = fsa.schedule
-    beta = recursions.backward_positions(semiring, schedule, fsa.weight, fsa.final_weight)
+    final_weight = final_weights(fsa, semiring)
+    if _is_builtin(semiring):
+        pair = level_pairs.backward(
+            schedule, fsa.weight, final_weight, tropical=semiring is TROPICAL
+        )
+        beta = pair[0] + pair[1]
+    else:
+        beta = recursions.backward_positions(semiring, schedule, fsa.weight, final_weight)
     # States without a position have no arcs: their β is their final weight.
     unplaced = schedule.state_pos == beta.shape[0] - 1
-    return jnp.where(unplaced, fsa.final_weight, beta[schedule.state_pos])
+    return jnp.where(unplaced, final_weight, beta[schedule.state_pos])
 
 
 def backward_scores(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
@@ -204,13 +286,10 @@ def backward_scores(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
 
 
 def _posteriors_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
-    if semiring.sum_grad is None and semiring.argsum is None:
+    if not _has_rules(semiring):
         return jax.grad(lambda w: _tot_score_one(fsa.replace(weight=w), semiring))(fsa.weight)
-    if cpu_scores.usable(semiring, fsa.schedule, fsa.weight):
-        return cpu_scores.gradients(
-            semiring, _scan_gradients, fsa.schedule, fsa.src, fsa.weight, fsa.final_weight
-        )[0]
-    return _scan_gradients(semiring, fsa.schedule, fsa.weight, fsa.final_weight)[0]
+    _, (arc_grad, _) = _op(semiring).value_and_grad(_diff(fsa, semiring), (fsa.schedule, fsa.src))
+    return arc_grad
 
 
 def arc_posteriors(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:

@@ -1,4 +1,13 @@
-"""Checking and normalising user-given arcs and final weights (numpy only)."""
+"""Checking and normalising user-given arcs and final weights (numpy only).
+
+Sizes are checked before anything is allocated per state: without an
+explicit `num_states`, state ids must stay below `state_limit(A, F)` =
+2 A + F + 1 + 2**20 for A arcs and F final states (the most states such an
+input can name, plus 2**20 = 1,048,576 unnamed ones), so that the memory a
+build takes stays proportional to the size of its input. States, labels and
+`num_states` are int32 (at most 2**31 - 1), and a finite weight that the
+dtype cannot hold (it would round to +inf or -inf) is refused.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +17,22 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["ArcArrays", "arcs_from_rows", "check_weights", "swap_start"]
+from semiring_jax._src.host import messages
 
-_INT32_MAX = np.iinfo(np.int32).max
+__all__ = [
+    "SPARE_STATES",
+    "ArcArrays",
+    "arcs_from_rows",
+    "beyond_limit",
+    "check_weights",
+    "first_overflow",
+    "state_limit",
+    "swap_start",
+]
+
+_INT32_MAX = int(np.iinfo(np.int32).max)
+# Unnamed states an input may imply beyond those it names (see state_limit).
+SPARE_STATES = 1 << 20
 
 
 class ArcArrays(NamedTuple):
@@ -27,16 +49,68 @@ class ArcArrays(NamedTuple):
     weight: Any  # float [A]
     final_weight: Any  # float [S]
     is_acceptor: bool
+    # Which states are final (structure, so always numpy), bool [S]. None
+    # means the states whose final weight is > -inf, for callers whose
+    # format defines finality by the weight (OpenFst's infinite cost);
+    # `fsa.assemble` derives it then, and needs the weights concrete.
+    final_mask: np.ndarray | None = None
 
 
-def check_weights(weights: np.ndarray, fn: str, what: str) -> None:
-    """Raises on NaN or +inf; -inf (the semiring zero) is allowed."""
+def state_limit(num_arcs: int, num_finals: int) -> int:
+    """The bound on state ids of an input of `num_arcs` arcs and `num_finals`
+    final states that gives no `num_states`: every id must be below it.
+
+    2 states per arc, 1 per final state and the start are the most such an
+    input can name; `SPARE_STATES` more allow some unnamed ones, so that the
+    memory taken stays proportional to the input (never above 2**31 - 1).
+    """
+    return min(2 * num_arcs + num_finals + 1 + SPARE_STATES, _INT32_MAX)
+
+
+def beyond_limit(limit: int) -> str:
+    """The end of the message for a state id at or above `limit`."""
+    if limit == _INT32_MAX:
+        return "is not below 2**31 - 1, the bound on state ids (int32)"
+    return (
+        f"is not below {limit} = 2 * arcs + final states + 1 + 2**20, the bound on "
+        f"state ids that keeps memory proportional to the input"
+    )
+
+
+def first_overflow(values: np.ndarray, dtype: Any) -> int:
+    """The index of the first finite value of `values` that rounds to +inf
+    or -inf in `dtype`, or -1."""
+    dtype = np.dtype(dtype)
+    if values.size == 0 or np.dtype(values.dtype).itemsize <= dtype.itemsize:
+        return -1
+    with np.errstate(over="ignore"):
+        cast = values.astype(dtype)
+    bad = np.flatnonzero(np.isfinite(values) & ~np.isfinite(cast))
+    return int(bad[0]) if bad.size else -1
+
+
+def _overflow_message(value: float, dtype: Any) -> str:
+    dtype = np.dtype(dtype)
+    rounded = "inf" if value > 0 else "-inf"
+    largest = str(np.finfo(dtype).max)
+    return (
+        f"{value}, which {dtype} cannot hold (it would round to {rounded}; the "
+        f"largest {dtype} is {largest})"
+    )
+
+
+def check_weights(weights: np.ndarray, fn: str, what: str, dtype: Any = None) -> None:
+    """Raises on NaN or +inf; -inf (the semiring zero) is allowed. With a
+    `dtype`, also on a finite weight that rounds to +inf or -inf in it."""
     bad = np.flatnonzero(np.isnan(weights) | (weights == np.inf))
     if bad.size:
         i = int(bad[0])
         raise ValueError(
             f"{fn}: {what} {i} has weight {weights[i]}; weights must be finite or -inf"
         )
+    i = -1 if dtype is None else first_overflow(weights, dtype)
+    if i >= 0:
+        raise ValueError(f"{fn}: {what} {i} has weight {_overflow_message(weights[i], dtype)}")
 
 
 def _plain(value: float) -> str:
@@ -53,7 +127,8 @@ def _integral_column(rows: np.ndarray, column: int, fn: str, field: str) -> np.n
     if bad.size:
         i = int(bad[0])
         raise ValueError(
-            f"{fn}: arc {i} has {field}={_plain(values[i])}; expected a non-negative integer"
+            f"{fn}: arc {i} has {field}={_plain(values[i])}; expected a non-negative integer "
+            f"(int32: at most 2**31 - 1)"
         )
     return values.astype(np.int32)
 
@@ -73,8 +148,8 @@ def _rows(arcs: Any, fn: str) -> np.ndarray:
     for i, arc in enumerate(arcs):
         if not isinstance(arc, (tuple, list, np.ndarray)) or len(arc) not in (4, 5):
             raise ValueError(
-                f"{fn}: arc {i} is {arc!r}; expected (src, dst, label, weight) or "
-                f"(src, dst, ilabel, olabel, weight)"
+                f"{fn}: arc {i} is {messages.cut(repr(arc))}; expected (src, dst, label, "
+                f"weight) or (src, dst, ilabel, olabel, weight)"
             )
         if len(arc) != len(arcs[0]):
             raise ValueError(
@@ -85,8 +160,8 @@ def _rows(arcs: Any, fn: str) -> np.ndarray:
         return np.zeros((0, 4))
     try:
         return np.asarray(arcs, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{fn}: arcs must hold numbers: {err}") from None
+    except (TypeError, ValueError, OverflowError) as err:
+        raise ValueError(f"{fn}: arcs must hold numbers: {messages.cut(str(err), 200)}") from None
 
 
 def _final_weights(
@@ -98,8 +173,15 @@ def _final_weights(
         states = np.asarray(final).reshape(-1).tolist()
         weights = [0.0] * len(states)
     for state in states:
-        if isinstance(state, bool) or not float(state).is_integer() or state < 0:
-            raise ValueError(f"{fn}: final state {state!r} is not a non-negative integer")
+        try:
+            integral = not isinstance(state, bool) and float(state).is_integer()
+        except (TypeError, ValueError, OverflowError):
+            integral = False
+        if not integral or not 0 <= state <= _INT32_MAX:
+            raise ValueError(
+                f"{fn}: final state {messages.cut(repr(state))} is not a non-negative integer "
+                f"(int32: at most 2**31 - 1)"
+            )
     weights_array = np.asarray(weights, dtype=np.float64).reshape(-1)
     bad = np.flatnonzero(np.isnan(weights_array) | (weights_array == np.inf))
     if bad.size:
@@ -109,6 +191,32 @@ def _final_weights(
             f"weights must be finite or -inf"
         )
     return np.asarray(states, dtype=np.int64).reshape(-1), weights_array
+
+
+def _check_state_limit(
+    src: np.ndarray, dst: np.ndarray, final_states: np.ndarray, start: int, fn: str
+) -> None:
+    """Raises, naming the first arc, final state or start at fault, if a
+    state id is not below `state_limit` (before any per-state array)."""
+    limit = state_limit(src.shape[0], final_states.shape[0])
+    bad = np.flatnonzero((src >= limit) | (dst >= limit))
+    if bad.size:
+        i = int(bad[0])
+        field, value = ("src", src[i]) if src[i] >= limit else ("dst", dst[i])
+        raise ValueError(
+            f"{fn}: arc {i} has {field}={value}, which {beyond_limit(limit)} "
+            f"(pass num_states= for a sparser numbering)"
+        )
+    bad = np.flatnonzero(final_states >= limit)
+    if bad.size:
+        raise ValueError(
+            f"{fn}: final state {final_states[bad[0]]} {beyond_limit(limit)} "
+            f"(pass num_states= for a sparser numbering)"
+        )
+    if start >= limit:
+        raise ValueError(
+            f"{fn}: start={start} {beyond_limit(limit)} (pass num_states= for a sparser numbering)"
+        )
 
 
 def swap_start(
@@ -133,20 +241,32 @@ def arcs_from_rows(
     ilabel = _integral_column(rows, 2, fn, "label" if is_acceptor else "ilabel")
     olabel = ilabel if is_acceptor else _integral_column(rows, 3, fn, "olabel")
     weight = rows[:, -1]
-    check_weights(weight, fn, "arc")
+    check_weights(weight, fn, "arc", dtype)
     final_states, final_values = _final_weights(final, fn)
-    if not (isinstance(start, (int, np.integer)) and start >= 0):
-        raise ValueError(f"{fn}: start must be a non-negative int, got {start!r}")
-    referenced = max(
-        int(start),
-        int(src.max(initial=0)),
-        int(dst.max(initial=0)),
-        int(final_states.max(initial=0)),
-    )
+    if not (
+        isinstance(start, (int, np.integer))
+        and not isinstance(start, bool)
+        and 0 <= start <= _INT32_MAX
+    ):
+        raise ValueError(
+            f"{fn}: start must be a non-negative int (at most 2**31 - 1), got {start!r}"
+        )
     if num_states is None:
-        num_states = referenced + 1
-    elif not isinstance(num_states, (int, np.integer)) or num_states < 1:
-        raise ValueError(f"{fn}: num_states must be a positive int, got {num_states!r}")
+        _check_state_limit(src, dst, final_states, int(start), fn)
+        num_states = 1 + max(
+            int(start),
+            int(src.max(initial=0)),
+            int(dst.max(initial=0)),
+            int(final_states.max(initial=0)),
+        )
+    elif (
+        not isinstance(num_states, (int, np.integer))
+        or isinstance(num_states, bool)
+        or not 1 <= num_states <= _INT32_MAX
+    ):
+        raise ValueError(
+            f"{fn}: num_states must be a positive int (at most 2**31 - 1), got {num_states!r}"
+        )
     for field, values in (("src", src), ("dst", dst)):
         bad = np.flatnonzero(values >= num_states)
         if bad.size:
@@ -159,8 +279,19 @@ def arcs_from_rows(
         )
     if start >= num_states:
         raise ValueError(f"{fn}: start={start} is out of range for num_states={num_states}")
+    i = first_overflow(final_values, dtype)
+    if i >= 0:
+        raise ValueError(
+            f"{fn}: final state {final_states[i]} has weight "
+            f"{_overflow_message(final_values[i], dtype)}"
+        )
     final_weight = np.full(num_states, -math.inf)
     final_weight[final_states] = final_values
+    # A state named in `final` is final whatever its weight (-inf included),
+    # so that finality never depends on a weight value.
+    final_mask = np.zeros(num_states, bool)
+    final_mask[final_states] = True
+    _, _, final_mask = swap_start(src, dst, final_mask, int(start))
     src, dst, final_weight = swap_start(src, dst, final_weight, int(start))
     return ArcArrays(
         int(num_states),
@@ -171,4 +302,5 @@ def arcs_from_rows(
         weight.astype(dtype),
         final_weight.astype(dtype),
         is_acceptor,
+        final_mask,
     )

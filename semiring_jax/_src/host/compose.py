@@ -11,7 +11,13 @@ the result would count such paths that many times. The *sequence filter*
 match resets the filter to 0).
 
 Only pair states reachable from (0, 0, 0) are built, then the result is
-trimmed to states on a successful path (`structure.connect`).
+trimmed to states on a successful path (`structure.connect`). A budget
+bounds the construction: more than `max_states` pair states or `max_arcs`
+arcs (built, before trimming) raise `BudgetExceeded` as soon as the count
+is known and before the arrays that would hold them are allocated; the
+dense pair index holds at most `_DENSE_PAIRS` entries, and a wave of pair
+states is expanded in chunks of about `_CHUNK` arcs of `a`, so memory stays
+proportional to the budget and the operands.
 """
 
 from __future__ import annotations
@@ -24,7 +30,15 @@ from semiring_jax._src.host import structure
 from semiring_jax._src.host.sorting import ranges
 from semiring_jax._src.host.structure import Parts, Result, Sources
 
-__all__ = ["compose"]
+__all__ = ["BudgetExceeded", "compose"]
+
+
+class BudgetExceeded(OverflowError):
+    """The construction would pass `budget` (`"max_states"` or `"max_arcs"`)."""
+
+    def __init__(self, budget: str, limit: int) -> None:
+        super().__init__(f"more than {budget} = {limit}")
+        self.budget, self.limit = budget, limit
 
 
 def _leaving(parts: Parts, labels: np.ndarray) -> list[dict[int, list[int]]]:
@@ -36,11 +50,30 @@ def _leaving(parts: Parts, labels: np.ndarray) -> list[dict[int, list[int]]]:
 
 
 # Pair states are numbered through a dense [S_a * S_b * 2] index up to this
-# many entries (64 MB of int32); beyond it the per-state loop serves.
+# many entries (128 MB of int64), so that the index itself is bounded; beyond
+# it the per-state loop serves.
 _DENSE_PAIRS = 16_000_000
+# A wave's pair states are expanded in chunks of about this many arcs of a.
+_CHUNK = 1 << 16
 
 
-def compose(a: Parts, b: Parts) -> Result:
+def _chunks(wave: np.ndarray, a_offsets: np.ndarray) -> list[np.ndarray]:
+    """Consecutive pieces of `wave` (rows (s1, s2, filter)) with about
+    `_CHUNK` arcs of a (plus one per state) each; a state with more arcs
+    is a piece alone. Expanding them in turn gives the same result as the
+    whole wave at once: terms are ordered by the wave's row first."""
+    s1 = wave[:, 0]
+    ends = np.cumsum(a_offsets[s1 + 1] - a_offsets[s1] + 1)
+    pieces, start = [], 0
+    while start < wave.shape[0]:
+        before = ends[start - 1] if start else 0
+        stop = max(int(np.searchsorted(ends, before + _CHUNK, "right")), start + 1)
+        pieces.append(wave[start:stop])
+        start = stop
+    return pieces
+
+
+def compose(a: Parts, b: Parts, *, max_states: int, max_arcs: int) -> Result:
     """The composition a ∘ b (a's output labels meet b's input labels).
 
     Breadth first from (0, 0, 0), one wave of pair states at a time in
@@ -51,12 +84,15 @@ def compose(a: Parts, b: Parts) -> Result:
     Returns:
       The trimmed result; its arcs and final states carry two weight
       sources each (a's and b's; ONE for the side that does not move).
+    Raises:
+      BudgetExceeded: past `max_states` pair states or `max_arcs` arcs
+        (before trimming), before allocating for them.
     """
     sources = Sources.of([a, b])
     if a.num_states * b.num_states * 2 > _DENSE_PAIRS:
-        built = _compose_loop(a, b, sources)
+        built = _compose_loop(a, b, sources, max_states, max_arcs)
     else:
-        built = _compose_waves(a, b, sources)
+        built = _compose_waves(a, b, sources, max_states, max_arcs)
     return structure.trimmed(built, sources)
 
 
@@ -82,7 +118,7 @@ def _by_label_groups(parts: Parts, labels: np.ndarray) -> tuple[np.ndarray, np.n
     return order, offsets
 
 
-def _compose_waves(a: Parts, b: Parts, sources: Sources) -> Result:
+def _compose_waves(a: Parts, b: Parts, sources: Sources, max_states: int, max_arcs: int) -> Result:
     a_labels, b_labels = np.asarray(a.olabel, np.int64), np.asarray(b.ilabel, np.int64)
     a_dst, a_ilabel = np.asarray(a.dst, np.int64), np.asarray(a.ilabel, np.int64)
     b_dst, b_olabel = np.asarray(b.dst, np.int64), np.asarray(b.olabel, np.int64)
@@ -104,83 +140,96 @@ def _compose_waves(a: Parts, b: Parts, sources: Sources) -> Result:
     num_ids = 1
     columns: list[np.ndarray] = []
     finals: list[np.ndarray] = []
+    num_arcs = 0
     while wave.shape[0]:
-        s1, s2, fresh = wave[:, 0], wave[:, 1], wave[:, 2]
-        here = id_of[(s1 * num_b + s2) * 2 + fresh]
-        both_final = np.asarray(a.is_final)[s1] & np.asarray(b.is_final)[s2]
-        finals.append(
-            np.stack(
-                [
-                    np.where(both_final, a_final[s1], sources.zero),
-                    np.where(both_final, b_final[s2], sources.zero),
-                ],
-                axis=1,
+        reached: list[np.ndarray] = []  # the next wave, chunk by chunk
+        for chunk in _chunks(wave, a_offsets):
+            s1, s2, fresh = chunk[:, 0], chunk[:, 1], chunk[:, 2]
+            here = id_of[(s1 * num_b + s2) * 2 + fresh]
+            both_final = np.asarray(a.is_final)[s1] & np.asarray(b.is_final)[s2]
+            finals.append(
+                np.stack(
+                    [
+                        np.where(both_final, a_final[s1], sources.zero),
+                        np.where(both_final, b_final[s2], sources.zero),
+                    ],
+                    axis=1,
+                )
             )
-        )
-        # a's arcs of every state, in the loop's order.
-        counts = a_offsets[s1 + 1] - a_offsets[s1]
-        a_state = np.repeat(np.arange(s1.size), counts)
-        i = a_order[ranges(a_offsets[s1], counts)]
-        label = a_labels[i]
-        # Epsilon arcs of a move alone, and only with the filter at 0;
-        # others meet b's arcs of the same label.
-        eps = label == 0
-        lo = np.searchsorted(b_sorted_key, s2[a_state] * num_labels + label, "left")
-        hi = np.searchsorted(b_sorted_key, s2[a_state] * num_labels + label, "right")
-        per_arc = np.where(eps, (fresh[a_state] == 0).astype(np.int64), hi - lo)
-        term_a = np.repeat(np.arange(i.size), per_arc)
-        match_counts = np.where(eps, 0, hi - lo)
-        match_rows = ranges(lo, match_counts)  # b positions of every match, in order
-        # Per term: its b arc (-1 for a's epsilon moves), in emission order.
-        term_is_eps = eps[term_a]
-        term_b = np.full(term_a.size, -1, np.int64)
-        term_b[~term_is_eps] = b_order[match_rows]
-        term_i = i[term_a]
-        term_state = a_state[term_a]
-        t1 = a_dst[term_i]
-        t2 = np.where(term_is_eps, s2[term_state], b_dst_or_0[term_b])
-        a_terms = (
-            term_state,
-            np.zeros(term_a.size, np.int64),  # a-based terms come first
-            np.arange(term_a.size),
-            t1,
-            t2,
-            np.zeros(term_a.size, np.int64),
-            a_ilabel[term_i],
-            np.where(term_is_eps, 0, b_olabel_or_0[term_b]),
-            a_arc + term_i,
-            np.where(term_is_eps, sources.one, b_arc + term_b),
-        )
-        # Then b's epsilon moves of every state.
-        lo0 = np.searchsorted(b_sorted_key, s2 * num_labels, "left")
-        hi0 = np.searchsorted(b_sorted_key, s2 * num_labels, "right")
-        j0 = b_order[ranges(lo0, hi0 - lo0)]
-        eps_state = np.repeat(np.arange(s2.size), hi0 - lo0)
-        b_terms = (
-            eps_state,
-            np.ones(j0.size, np.int64),
-            np.arange(j0.size),
-            s1[eps_state],
-            b_dst[j0],
-            np.ones(j0.size, np.int64),
-            np.zeros(j0.size, np.int64),
-            b_olabel[j0],
-            np.full(j0.size, sources.one, np.int64),
-            b_arc + j0,
-        )
-        terms = [np.concatenate(pair) for pair in zip(a_terms, b_terms)]
-        order = np.lexsort((terms[2], terms[1], terms[0]))
-        terms = [column[order] for column in terms]
-        state, _, _, t1, t2, tf, ilabel, olabel, source_a, source_b = terms
-        key = (t1 * num_b + t2) * 2 + tf
-        unseen = id_of[key] < 0
-        new_keys, first = np.unique(key[unseen], return_index=True)
-        by_first = np.argsort(first, kind="stable")
-        new_keys = new_keys[by_first]
-        id_of[new_keys] = num_ids + np.arange(new_keys.size)
-        num_ids += new_keys.size
-        columns.append(np.stack([here[state], id_of[key], ilabel, olabel, source_a, source_b], 1))
-        wave = np.stack([new_keys // 2 // num_b, new_keys // 2 % num_b, new_keys % 2], axis=1)
+            # a's arcs of every state, in the loop's order.
+            counts = a_offsets[s1 + 1] - a_offsets[s1]
+            a_state = np.repeat(np.arange(s1.size), counts)
+            i = a_order[ranges(a_offsets[s1], counts)]
+            label = a_labels[i]
+            # Epsilon arcs of a move alone, and only with the filter at 0;
+            # others meet b's arcs of the same label.
+            eps = label == 0
+            lo = np.searchsorted(b_sorted_key, s2[a_state] * num_labels + label, "left")
+            hi = np.searchsorted(b_sorted_key, s2[a_state] * num_labels + label, "right")
+            per_arc = np.where(eps, (fresh[a_state] == 0).astype(np.int64), hi - lo)
+            # Then b's epsilon moves of every state: count every new arc
+            # before any is built, so that memory stays within the budget.
+            lo0 = np.searchsorted(b_sorted_key, s2 * num_labels, "left")
+            hi0 = np.searchsorted(b_sorted_key, s2 * num_labels, "right")
+            num_arcs += int(per_arc.sum()) + int((hi0 - lo0).sum())
+            if num_arcs > max_arcs:
+                raise BudgetExceeded("max_arcs", max_arcs)
+            term_a = np.repeat(np.arange(i.size), per_arc)
+            match_counts = np.where(eps, 0, hi - lo)
+            match_rows = ranges(lo, match_counts)  # b positions of every match, in order
+            # Per term: its b arc (-1 for a's epsilon moves), in emission order.
+            term_is_eps = eps[term_a]
+            term_b = np.full(term_a.size, -1, np.int64)
+            term_b[~term_is_eps] = b_order[match_rows]
+            term_i = i[term_a]
+            term_state = a_state[term_a]
+            t1 = a_dst[term_i]
+            t2 = np.where(term_is_eps, s2[term_state], b_dst_or_0[term_b])
+            a_terms = (
+                term_state,
+                np.zeros(term_a.size, np.int64),  # a-based terms come first
+                np.arange(term_a.size),
+                t1,
+                t2,
+                np.zeros(term_a.size, np.int64),
+                a_ilabel[term_i],
+                np.where(term_is_eps, 0, b_olabel_or_0[term_b]),
+                a_arc + term_i,
+                np.where(term_is_eps, sources.one, b_arc + term_b),
+            )
+            j0 = b_order[ranges(lo0, hi0 - lo0)]
+            eps_state = np.repeat(np.arange(s2.size), hi0 - lo0)
+            b_terms = (
+                eps_state,
+                np.ones(j0.size, np.int64),
+                np.arange(j0.size),
+                s1[eps_state],
+                b_dst[j0],
+                np.ones(j0.size, np.int64),
+                np.zeros(j0.size, np.int64),
+                b_olabel[j0],
+                np.full(j0.size, sources.one, np.int64),
+                b_arc + j0,
+            )
+            terms = [np.concatenate(pair) for pair in zip(a_terms, b_terms)]
+            order = np.lexsort((terms[2], terms[1], terms[0]))
+            terms = [column[order] for column in terms]
+            state, _, _, t1, t2, tf, ilabel, olabel, source_a, source_b = terms
+            key = (t1 * num_b + t2) * 2 + tf
+            unseen = id_of[key] < 0
+            new_keys, first = np.unique(key[unseen], return_index=True)
+            by_first = np.argsort(first, kind="stable")
+            new_keys = new_keys[by_first]
+            if num_ids + new_keys.size > max_states:
+                raise BudgetExceeded("max_states", max_states)
+            id_of[new_keys] = num_ids + np.arange(new_keys.size)
+            num_ids += new_keys.size
+            columns.append(
+                np.stack([here[state], id_of[key], ilabel, olabel, source_a, source_b], 1)
+            )
+            reached.append(new_keys)
+        keys = np.concatenate(reached)
+        wave = np.stack([keys // 2 // num_b, keys // 2 % num_b, keys % 2], axis=1)
     arcs = np.concatenate(columns) if columns else np.zeros((0, 6), np.int64)
     return Result(
         num_ids,
@@ -194,7 +243,7 @@ def _compose_waves(a: Parts, b: Parts, sources: Sources) -> Result:
     )
 
 
-def _compose_loop(a: Parts, b: Parts, sources: Sources) -> Result:
+def _compose_loop(a: Parts, b: Parts, sources: Sources, max_states: int, max_arcs: int) -> Result:
     """The composition, one pair state at a time (see `compose`)."""
     a_out, b_in = _leaving(a, a.olabel), _leaving(b, b.ilabel)
     # Python lists: indexing them in the loop is far cheaper than numpy's.
@@ -209,15 +258,22 @@ def _compose_loop(a: Parts, b: Parts, sources: Sources) -> Result:
     a_final, b_final = sources.finals(a, 0), sources.finals(b, 1)
     ids = {(0, 0, 0): 0}
     queue = deque([(0, 0, 0)])
-    arcs = []  # (src, dst, ilabel, olabel, source a, source b)
+    arcs: list[tuple[int, ...]] = []  # (src, dst, ilabel, olabel, source a, source b)
     final = [(sources.zero, sources.zero)]
 
     def target(state: tuple[int, int, int]) -> int:
         if state not in ids:
+            if len(ids) >= max_states:
+                raise BudgetExceeded("max_states", max_states)
             ids[state] = len(ids)
             final.append((sources.zero, sources.zero))
             queue.append(state)
         return ids[state]
+
+    def room(count: int) -> None:
+        """Raises if `count` more arcs would pass the budget."""
+        if len(arcs) + count > max_arcs:
+            raise BudgetExceeded("max_arcs", max_arcs)
 
     while queue:
         state = queue.popleft()
@@ -228,6 +284,7 @@ def _compose_loop(a: Parts, b: Parts, sources: Sources) -> Result:
         for label, arcs1 in a_out[s1].items():
             if label == 0:
                 if fresh == 0:  # a's epsilon moves come first
+                    room(len(arcs1))
                     for i in arcs1:
                         arcs.append(
                             (
@@ -243,6 +300,7 @@ def _compose_loop(a: Parts, b: Parts, sources: Sources) -> Result:
             matches = b_in[s2].get(label)
             if not matches:
                 continue
+            room(len(arcs1) * len(matches))
             for i in arcs1:
                 for j in matches:
                     arcs.append(
@@ -255,6 +313,7 @@ def _compose_loop(a: Parts, b: Parts, sources: Sources) -> Result:
                             b_arc + j,
                         )
                     )
+        room(len(b_in[s2].get(0, ())))
         for j in b_in[s2].get(0, ()):  # then b's epsilon moves
             arcs.append((here, target((s1, b_dst[j], 1)), 0, b_olabel[j], sources.one, b_arc + j))
     columns = np.array(arcs, np.int64).reshape(-1, 6)

@@ -2,8 +2,10 @@
 
 The text format (what `fstsymbols`, `fstcompile --isymbols` and pynini's
 `SymbolTable.read_text` read) is one `symbol key` pair per line, separated
-by tabs or spaces; keys are non-negative integers, need not be contiguous,
-and blank lines are skipped. A symbol therefore holds no space or tab.
+by tabs or spaces; keys are non-negative integers (ASCII digits, int32:
+at most 2**31 - 1, since they are labels), need not be contiguous, and
+blank lines are skipped. A symbol therefore holds no space or tab. Files
+are UTF-8; errors name the line and quote it, cut to 60 characters.
 """
 
 from __future__ import annotations
@@ -14,12 +16,15 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from semiring_jax._src.host.messages import cut, decode_utf8, quote
+
 __all__ = ["SymbolTable"]
 
 _SEPARATORS = re.compile(r"[ \t]+")
 _DIGITS = re.compile(r"[0-9]+")
 _FORBIDDEN = " \t\r\n"
 _REPR_SYMBOLS = 8
+_INT32_MAX = 2**31 - 1
 
 
 def _key(value: Any, fn: str) -> int:
@@ -30,19 +35,23 @@ def _key(value: Any, fn: str) -> int:
         key = operator.index(value)
     except TypeError:
         raise TypeError(
-            f"{fn}: a key must be an int, got {type(value).__name__} {value!r}"
+            f"{fn}: a key must be an int, got {type(value).__name__} {cut(repr(value))}"
         ) from None
     if key < 0:
         raise ValueError(f"{fn}: key {key} is negative; keys are non-negative integers")
+    if key > _INT32_MAX:
+        raise ValueError(f"{fn}: key {key} is above 2**31 - 1; keys are labels, which are int32")
     return key
 
 
 def _check_symbol(symbol: Any, fn: str) -> str:
     if not isinstance(symbol, str):
-        raise TypeError(f"{fn}: a symbol must be a str, got {type(symbol).__name__} {symbol!r}")
+        raise TypeError(
+            f"{fn}: a symbol must be a str, got {type(symbol).__name__} {cut(repr(symbol))}"
+        )
     if not symbol or any(c in _FORBIDDEN for c in symbol):
         raise ValueError(
-            f"{fn}: symbol {symbol!r} is empty or holds a space, tab or "
+            f"{fn}: symbol {quote(symbol)} is empty or holds a space, tab or "
             f"newline, which the text format cannot store"
         )
     return symbol
@@ -61,7 +70,8 @@ class SymbolTable:
       name: the table's name (OpenFst keeps one; equality ignores it).
     Raises:
       TypeError: for a symbol that is not a str or a key that is not an int.
-      ValueError: for a duplicate symbol or key, a negative key, or a symbol
+      ValueError: for a duplicate symbol or key, a negative key or one
+        above `2**31 - 1` (keys are labels, which are int32), or a symbol
         that is empty or holds whitespace.
     Examples:
       >>> import semiring_jax as sj
@@ -106,10 +116,12 @@ class SymbolTable:
         symbol, key = _check_symbol(symbol, fn), _key(key, fn)
         if symbol in self._key_of:
             raise ValueError(
-                f"{fn}: duplicate symbol {symbol!r} (already key {self._key_of[symbol]})"
+                f"{fn}: duplicate symbol {quote(symbol)} (already key {self._key_of[symbol]})"
             )
         if key in self._symbol_of:
-            raise ValueError(f"{fn}: duplicate key {key} (already symbol {self._symbol_of[key]!r})")
+            raise ValueError(
+                f"{fn}: duplicate key {key} (already symbol {quote(self._symbol_of[key])})"
+            )
         self._key_of[symbol] = key
         self._symbol_of[key] = symbol
         return key
@@ -128,8 +140,8 @@ class SymbolTable:
           A new SymbolTable.
         Raises:
           ValueError: naming the line number and the line, for a wrong number
-            of fields, a key that is not a non-negative integer, or a
-            duplicate symbol or key.
+            of fields, a key that is not a non-negative integer (ASCII
+            digits) at most `2**31 - 1`, or a duplicate symbol or key.
         Examples:
           >>> import semiring_jax as sj
           >>> sj.SymbolTable.from_text("<eps>\\t0\\nhello\\t7\\n").find("hello")
@@ -143,16 +155,21 @@ class SymbolTable:
                 continue
             where = f"{fn}: line {line_number}"
             if len(fields) != 2:
-                raise ValueError(f"{where}: expected 'symbol key', got {line!r}")
+                raise ValueError(f"{where}: expected 'symbol key', got {quote(line)}")
             symbol, key_text = fields
             if not _DIGITS.fullmatch(key_text):
                 raise ValueError(
-                    f"{where}: key {key_text!r} is not a non-negative integer in {line!r}"
+                    f"{where}: key {quote(key_text)} is not a non-negative integer in {quote(line)}"
+                )
+            if len(key_text.lstrip("0")) > 10:  # int() refuses over 4300 digits
+                raise ValueError(
+                    f"{where}: key {quote(key_text)} is above 2**31 - 1; keys are labels, "
+                    f"which are int32, in {quote(line)}"
                 )
             try:
                 table._insert(symbol, int(key_text), where)
             except ValueError as err:
-                raise ValueError(f"{err} in {line!r}") from None
+                raise ValueError(f"{err} in {quote(line)}") from None
         return table
 
     @classmethod
@@ -164,7 +181,8 @@ class SymbolTable:
         Returns:
           A new SymbolTable.
         Raises:
-          ValueError: as `from_text`, with the path in the message.
+          ValueError: as `from_text`, with the path in the message; also for
+            a file that is not UTF-8 (naming the line and column).
         Examples:
           >>> import os, tempfile
           >>> import semiring_jax as sj
@@ -174,8 +192,9 @@ class SymbolTable:
           1
         """
         path = os.fspath(path)
-        with open(path, encoding="utf-8") as stream:
-            text = stream.read()
+        with open(path, "rb") as stream:
+            data = stream.read()
+        text = decode_utf8(data, f"{path}: SymbolTable.read")
         try:
             return cls.from_text(text, name=str(path))
         except ValueError as err:
@@ -223,7 +242,8 @@ class SymbolTable:
         Returns:
           A new SymbolTable with the same keys, symbols and name.
         Raises:
-          ValueError: for a symbol the text format cannot hold.
+          ValueError: for a symbol the text format cannot hold, or a key
+            above `2**31 - 1`.
         Examples:
           >>> import pynini
           >>> import semiring_jax as sj
@@ -277,7 +297,7 @@ class SymbolTable:
         if isinstance(item, str):
             if item in self._key_of:
                 return self._key_of[item]
-            raise ValueError(f"SymbolTable.find: no symbol {item!r} in {self._label()}")
+            raise ValueError(f"SymbolTable.find: no symbol {quote(item)} in {self._label()}")
         key = _key(item, "SymbolTable.find")
         if key in self._symbol_of:
             return self._symbol_of[key]
@@ -308,7 +328,9 @@ class SymbolTable:
         if symbol in self._key_of:
             existing = self._key_of[symbol]
             if key is not None and _key(key, fn) != existing:
-                raise ValueError(f"{fn}: symbol {symbol!r} already has key {existing}, not {key}")
+                raise ValueError(
+                    f"{fn}: symbol {quote(symbol)} already has key {existing}, not {key}"
+                )
             return existing
         if key is None:
             key = max(self._symbol_of, default=-1) + 1
@@ -323,7 +345,7 @@ class SymbolTable:
         return [self._symbol_of[key] for key in self.keys()]
 
     def _label(self) -> str:
-        return f"symbol table {self.name!r}" if self.name else "the symbol table"
+        return f"symbol table {quote(self.name, 200)}" if self.name else "the symbol table"
 
     def __len__(self) -> int:
         return len(self._key_of)

@@ -1,13 +1,25 @@
-"""OpenFst (AT&T) and k2 text formats, read and written on the host."""
+"""OpenFst (AT&T) and k2 text formats, read and written on the host.
+
+Integer fields (states, labels) are ASCII decimal digits with an optional
+sign, within int32: not `1e9`, `1_000` or non-ASCII digits, which Python's
+`int()` and `float()` would take. Weights are ASCII decimal numbers (`0.5`,
+`-1e-3`, `.5`) or an infinity (`inf`, `Infinity`, any case, with a sign);
+a finite number too large for float64 (`1e400`), or for the dtype asked for
+(`1e39` in float32), is refused rather than read as an infinity. State ids
+are bounded as in `build.state_limit`. Errors name the line and quote it,
+cut to 60 characters.
+"""
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 
 import numpy as np
 
 from semiring_jax._src.host import build
+from semiring_jax._src.host.messages import quote
 from semiring_jax._src.host.symbols import SymbolTable
 
 __all__ = [
@@ -20,17 +32,45 @@ __all__ = [
 ]
 
 
-def _number(field: str, line_number: int, line: str, fn: str, *, integer: bool) -> float:
-    try:
-        value = float(field)
-    except ValueError:
-        value = math.nan
-    if integer and not (value.is_integer() if math.isfinite(value) else False):
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+# Unambiguous (no two ways to match a digit), so that a long field cannot
+# make the match backtrack quadratically.
+_FLOAT = re.compile(
+    r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)",
+    re.IGNORECASE,
+)
+_INFINITY = re.compile(r"[+-]?(?:inf|infinity)", re.IGNORECASE)
+_INT32_MAX = int(np.iinfo(np.int32).max)
+
+
+def _integer(field: str, line_number: int, line: str, fn: str) -> int:
+    """An integer field: ASCII digits with an optional sign, within int32."""
+    if not _INTEGER.fullmatch(field):
         raise ValueError(
-            f"{fn}: line {line_number}: expected an integer, got {field!r} in {line!r}"
+            f"{fn}: line {line_number}: expected an integer, got {quote(field)} in {quote(line)}"
         )
+    # Python's int() refuses more than 4300 digits; no int32 needs 11.
+    value = int(field) if len(field.lstrip("+-0")) <= 10 else _INT32_MAX + 1
+    if abs(value) > _INT32_MAX:
+        raise ValueError(
+            f"{fn}: line {line_number}: {quote(field)} is too large for int32 (at most "
+            f"2**31 - 1), in {quote(line)}"
+        )
+    return value
+
+
+def _number(field: str, line_number: int, line: str, fn: str) -> float:
+    """A weight field (see the module docstring); NaN is refused."""
+    value = float(field) if _FLOAT.fullmatch(field) else math.nan
     if math.isnan(value):
-        raise ValueError(f"{fn}: line {line_number}: expected a number, got {field!r} in {line!r}")
+        raise ValueError(
+            f"{fn}: line {line_number}: expected a number, got {quote(field)} in {quote(line)}"
+        )
+    if math.isinf(value) and not _INFINITY.fullmatch(field):
+        raise ValueError(
+            f"{fn}: line {line_number}: {quote(field)} is too large for float64 (write "
+            f"inf or Infinity for an infinite weight), in {quote(line)}"
+        )
     return value
 
 
@@ -43,19 +83,11 @@ def _lines(text: str) -> Iterator[tuple[int, str, list[str]]]:
 
 
 def _is_number(field: str) -> bool:
-    try:
-        float(field)
-    except ValueError:
-        return False
-    return True
+    return _FLOAT.fullmatch(field) is not None
 
 
 def _is_integer(field: str) -> bool:
-    try:
-        int(field)
-    except ValueError:
-        return False
-    return True
+    return _INTEGER.fullmatch(field) is not None
 
 
 def _is_olabel(field: str, osymbols: SymbolTable | None) -> bool:
@@ -97,12 +129,60 @@ def _label(
 ) -> float:
     """A label field: an integer, or with a table, one of its symbols."""
     if table is None:
-        return _number(field, line_number, line, fn, integer=True)
+        return _integer(field, line_number, line, fn)
     if field not in table:
         raise ValueError(
-            f"{fn}: line {line_number}: symbol {field!r} is not in {table_name}, in {line!r}"
+            f"{fn}: line {line_number}: symbol {quote(field)} is not in {table_name}, "
+            f"in {quote(line)}"
         )
     return float(table.find(field))
+
+
+def _check_sizes(
+    fn: str,
+    arcs: np.ndarray,
+    arc_lines: list[int],
+    finals: dict[int, float],
+    final_lines: dict[int, int],
+    dtype: np.dtype,
+    limit: int,
+    weight_name: str,
+) -> None:
+    """Raises, naming the earliest line at fault, for a state id not below
+    `limit` or a weight that `dtype` cannot hold (before any per-state
+    array is allocated). `arcs` holds (src, dst, ..., weight) rows."""
+    problems: list[tuple[int, str]] = []
+    states = arcs[:, :2]
+    bad = np.flatnonzero((states >= limit).any(axis=1))
+    if bad.size:
+        row = int(bad[0])
+        state = int(states[row].max())
+        problems.append((arc_lines[row], f"state {state} {build.beyond_limit(limit)}"))
+    big = [state for state in finals if state >= limit]
+    if big:
+        state = min(big, key=final_lines.__getitem__)
+        problems.append((final_lines[state], f"state {state} {build.beyond_limit(limit)}"))
+    weights = arcs[:, -1]
+    negate = weight_name == "cost"
+    for values, lines in (
+        (weights, arc_lines),
+        (np.fromiter(finals.values(), np.float64, len(finals)), list(final_lines.values())),
+    ):
+        row = build.first_overflow(values, dtype)
+        if row >= 0:
+            shown = 0.0 - values[row] if negate else values[row]
+            rounded = "inf" if values[row] > 0 else "-inf"
+            subject = "its score" if negate else "it"
+            problems.append(
+                (
+                    lines[row],
+                    f"{weight_name} {shown} is outside the range of {dtype} ({subject} "
+                    f"would round to {rounded})",
+                )
+            )
+    if problems:
+        line_number, problem = min(problems)
+        raise ValueError(f"{fn}: line {line_number}: {problem}")
 
 
 def parse_openfst(
@@ -118,41 +198,40 @@ def parse_openfst(
     label_tables(None, isymbols, osymbols, fn)
     one_column = None  # an acceptor's label table, worked out at its first arc
     rows, finals, start = [], {}, None
+    arc_lines: list[int] = []  # the line of each row, and of each final state
+    final_lines: dict[int, int] = {}
     arity = None  # the number of label fields, 1 (acceptor) or 2 (transducer)
     for line_number, line, fields in _lines(text):
         if len(fields) > 5:
             raise ValueError(
                 f"{fn}: line {line_number}: expected 'src dst ilabel [olabel] [weight]' "
-                f"or 'state [weight]', got {line!r}"
+                f"or 'state [weight]', got {quote(line)}"
             )
         if len(fields) <= 2:
-            state = int(_number(fields[0], line_number, line, fn, integer=True))
-            cost = (
-                _number(fields[1], line_number, line, fn, integer=False)
-                if len(fields) == 2
-                else 0.0
-            )
+            state = _integer(fields[0], line_number, line, fn)
+            cost = _number(fields[1], line_number, line, fn) if len(fields) == 2 else 0.0
             if state < 0 or cost == -math.inf:
-                raise ValueError(f"{fn}: line {line_number}: bad final state line {line!r}")
+                raise ValueError(f"{fn}: line {line_number}: bad final state line {quote(line)}")
             finals[state] = 0.0 - cost
+            final_lines[state] = line_number
             start = state if start is None else start
             continue
         if acceptor is not None:
             line_arity = 1 if acceptor else 2
             if len(fields) - 2 - line_arity not in (0, 1):
                 kind = "acceptor" if acceptor else "transducer"
-                raise ValueError(f"{fn}: line {line_number}: not a {kind} arc: {line!r}")
+                raise ValueError(f"{fn}: line {line_number}: not a {kind} arc: {quote(line)}")
         elif len(fields) == 4:
             line_arity = 2 if _is_olabel(fields[3], osymbols) else 1
         else:
             line_arity = 1 if len(fields) == 3 else 2
         if arity is not None and line_arity != arity:
             raise ValueError(
-                f"{fn}: line {line_number}: {line!r} mixes acceptor and transducer arcs; "
+                f"{fn}: line {line_number}: {quote(line)} mixes acceptor and transducer arcs; "
                 f"pass acceptor=True or acceptor=False"
             )
         arity = line_arity
-        numbers = [_number(f, line_number, line, fn, integer=True) for f in fields[:2]]
+        numbers: list[float] = [_integer(f, line_number, line, fn) for f in fields[:2]]
         if arity == 1:
             if one_column is None:
                 one_column = label_tables(True, isymbols, osymbols, fn)[0]
@@ -172,22 +251,28 @@ def parse_openfst(
                 _label(fields[3], osymbols, line_number, line, fn, "osymbols"),
             ]
         if min(numbers) < 0:
-            raise ValueError(f"{fn}: line {line_number}: negative state or label in {line!r}")
+            raise ValueError(f"{fn}: line {line_number}: negative state or label in {quote(line)}")
         cost = (
-            _number(fields[2 + arity], line_number, line, fn, integer=False)
-            if len(fields) == 3 + arity
-            else 0.0
+            _number(fields[2 + arity], line_number, line, fn) if len(fields) == 3 + arity else 0.0
         )
         if cost == -math.inf:
-            raise ValueError(f"{fn}: line {line_number}: cost -inf (score +inf) in {line!r}")
+            raise ValueError(f"{fn}: line {line_number}: cost -inf (score +inf) in {quote(line)}")
         if arity == 1:
             numbers.append(numbers[-1])
         rows.append([*numbers, 0.0 - cost])
+        arc_lines.append(line_number)
         start = int(numbers[0]) if start is None else start
     arcs = np.asarray(rows, dtype=np.float64).reshape(-1, 5)
+    limit = build.state_limit(len(rows), len(finals))
+    _check_sizes(fn, arcs, arc_lines, finals, final_lines, dtype, limit, "cost")
     if arity != 2:
         arcs = arcs[:, [0, 1, 2, 4]]
-    return build.arcs_from_rows(arcs, finals, num_states=None, start=start or 0, dtype=dtype, fn=fn)
+    arrays = build.arcs_from_rows(
+        arcs, finals, num_states=None, start=start or 0, dtype=dtype, fn=fn
+    )
+    # An infinite final cost is OpenFst's zero weight: the state is not final
+    # (fstinfo counts it so, and `to_openfst` writes the start that way).
+    return arrays._replace(final_mask=arrays.final_mask & (arrays.final_weight > -math.inf))
 
 
 def _number_text(value: float) -> str:
@@ -267,27 +352,42 @@ def parse_k2(text: str, *, dtype: np.dtype) -> build.ArcArrays:
     entries = list(_lines(text))
     if not entries or len(entries[-1][2]) != 1:
         raise ValueError(f"{fn}: the last line must name the final state, e.g. '3'")
-    final_line, _, final_fields = entries[-1]
-    final_state = int(_number(final_fields[0], final_line, final_fields[0], fn, integer=True))
+    final_line, final_text, final_fields = entries[-1]
+    final_state = _integer(final_fields[0], final_line, final_text, fn)
+    # The final state is dropped, so it is the number of states; bound it
+    # before any per-state array is allocated (see build.state_limit).
+    limit = build.state_limit(len(entries) - 1, 1)
+    if not 0 <= final_state < limit:
+        problem = "is negative" if final_state < 0 else build.beyond_limit(limit)
+        raise ValueError(f"{fn}: line {final_line}: final state {final_state} {problem}")
     rows, finals = [], {}
+    arc_lines: list[int] = []
+    final_lines: dict[int, int] = {}
     arity = None
     for line_number, line, fields in entries[:-1]:
         if len(fields) not in (4, 5) or (arity is not None and len(fields) - 3 != arity):
             raise ValueError(
                 f"{fn}: line {line_number}: expected 'src dst label score' or "
-                f"'src dst ilabel olabel score' (all lines alike), got {line!r}"
+                f"'src dst ilabel olabel score' (all lines alike), got {quote(line)}"
             )
         arity = len(fields) - 3
-        src, dst, *labels = [
-            int(_number(f, line_number, line, fn, integer=True)) for f in fields[: 2 + arity]
-        ]
-        score = _number(fields[-1], line_number, line, fn, integer=False)
+        src, dst, *labels = [_integer(f, line_number, line, fn) for f in fields[: 2 + arity]]
+        score = _number(fields[-1], line_number, line, fn)
         if src == final_state:
-            raise ValueError(f"{fn}: line {line_number}: an arc leaves the final state: {line!r}")
+            raise ValueError(
+                f"{fn}: line {line_number}: an arc leaves the final state: {quote(line)}"
+            )
         if (labels[0] == -1) != (dst == final_state):
             raise ValueError(
                 f"{fn}: line {line_number}: arcs into the final state {final_state} must "
-                f"have label -1 and only they may, got {line!r}"
+                f"have label -1 and only they may, got {quote(line)}"
+            )
+        if min(src, dst) < 0 or (dst != final_state and min(labels) < 0):
+            raise ValueError(f"{fn}: line {line_number}: negative state or label in {quote(line)}")
+        if max(src, dst) > final_state:
+            raise ValueError(
+                f"{fn}: line {line_number}: state {max(src, dst)} is above the final "
+                f"state {final_state}; k2's final state is the highest-numbered one"
             )
         if dst == final_state:
             if src in finals:
@@ -296,16 +396,12 @@ def parse_k2(text: str, *, dtype: np.dtype) -> build.ArcArrays:
                     f"its final weight would depend on the semiring"
                 )
             finals[src] = score
+            final_lines[src] = line_number
             continue
-        if min([src, dst, *labels]) < 0:
-            raise ValueError(f"{fn}: line {line_number}: negative state or label in {line!r}")
-        if max(src, dst) > final_state:
-            raise ValueError(
-                f"{fn}: line {line_number}: state {max(src, dst)} is above the final "
-                f"state {final_state}; k2's final state is the highest-numbered one"
-            )
         rows.append([src, dst, *labels, score])
+        arc_lines.append(line_number)
     arcs = np.asarray(rows, dtype=np.float64).reshape(-1, 3 + (arity or 1))
+    _check_sizes(fn, arcs, arc_lines, finals, final_lines, dtype, limit, "score")
     return build.arcs_from_rows(
         arcs, finals, num_states=max(final_state, 1), start=0, dtype=dtype, fn=fn
     )

@@ -1,5 +1,6 @@
-// Shared by the CPU kernels: SIMD exp and log on 4-lane vectors, and a
-// loop over batch entries that uses XLA's intra-op thread pool.
+// Shared by the CPU kernels: SIMD exp and log on float vectors, the
+// semiring's ⊗ with its zero absorbing, per-thread scratch space, and a loop
+// over batch entries that uses XLA's intra-op thread pool.
 
 #ifndef SEMIRING_JAX_KERNELS_COMMON_H_
 #define SEMIRING_JAX_KERNELS_COMMON_H_
@@ -7,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -21,22 +23,36 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-inline ffi::Error FailIn(const char* kernel, const char* what) {
+inline ffi::Error FailIn(const char* kernel, const std::string& what) {
   return ffi::Error::InvalidArgument(std::string("semiring_jax ") + kernel + ": " + what);
 }
 
 template <typename T>
 constexpr T kNegInf = -std::numeric_limits<T>::infinity();
 
+template <typename T>
+constexpr T kPosInf = std::numeric_limits<T>::infinity();
+
+template <typename T>
+constexpr T kNaN = std::numeric_limits<T>::quiet_NaN();
+
+// a ⊗ b of LOG and TROPICAL, for inputs that hold no NaN (callers check
+// for NaN apart, so that NaN in gives NaN out): a + b, but -inf (the zero)
+// absorbs +inf instead of making NaN.
+inline double Times(double a, double b) {
+  return (a == kNegInf<double> || b == kNegInf<double>) ? kNegInf<double> : a + b;
+}
+
 // exp(x) for float without a libm call: Cephes' expf polynomial (relative
-// error below 2e-7, about libm's) after x = n ln 2 + r, written on 4-lane
-// GCC/Clang vector types so that it is SIMD on any target. Exactly 0 below
-// -86 (below, results would be subnormal, which the CPU computes slowly),
-// so -inf (the semiring zero) gives weight 0; NaN stays NaN.
+// error below 2e-7, about libm's) after x = n ln 2 + r, written on GCC/Clang
+// vector types so that it is SIMD on any target. Exactly 0 below -86
+// (below, results would be subnormal, which the CPU computes slowly), so
+// -inf (the semiring zero) gives weight 0; NaN stays NaN.
 typedef float Floats4 __attribute__((vector_size(16)));
 typedef int32_t Ints4 __attribute__((vector_size(16)));
 typedef float Floats8 __attribute__((vector_size(32)));
 typedef int32_t Ints8 __attribute__((vector_size(32)));
+typedef double Doubles4 __attribute__((vector_size(32)));
 
 inline Floats4 Splat(float value) { return Floats4{value, value, value, value}; }
 
@@ -71,11 +87,10 @@ inline Floats8 FastExp8(Floats8 x) { return FastExpV<Floats8, Ints8>(x); }
 
 inline float FastExp(float x) { return FastExp4(Splat(x))[0]; }
 
-inline Floats4 Load4(const float* p) {
-  Floats4 v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
+// exp at the precision of the input type: float SIMD for float32 inputs,
+// libm for float64 ones (whose results must keep double precision).
+inline float ExpOf(float x) { return FastExp(x); }
+inline double ExpOf(double x) { return std::exp(x); }
 
 // log(x) for float vectors: Cephes' logf polynomial (relative error below
 // 2e-7) after x = m 2^e with m in [sqrt(1/2), sqrt(2)). For finite x > 0
@@ -109,14 +124,49 @@ inline F FastLogV(F x) {
 
 inline Floats8 FastLog8(Floats8 x) { return FastLogV<Floats8, Ints8>(x); }
 
-// Per-thread scratch space, grown as needed and kept between calls
-// (allocating per call costs more than a small recursion).
-template <typename T>
-T* Scratch(int64_t size) {
-  thread_local std::vector<T> buffer;
-  if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(size);
-  return buffer.data();
-}
+// -- scratch space ------------------------------------------------------------
+
+// Per-thread scratch, carved into typed arrays. Up to kKeepBytes it is kept
+// between calls (allocating per call costs more than a small recursion);
+// a larger request gets memory of its own, freed with the Workspace, so a
+// thread never holds more than that after one huge input.
+class Workspace {
+ public:
+  static constexpr size_t kKeepBytes = size_t(32) << 20;
+
+  explicit Workspace(size_t bytes) {
+    const size_t words = bytes / sizeof(Word) + 1;
+    if (bytes <= kKeepBytes) {
+      thread_local std::vector<Word> kept;
+      if (kept.size() < words) kept.resize(words);
+      base_ = kept.data();
+    } else {
+      own_.resize(words);
+      base_ = own_.data();
+    }
+  }
+
+  // `count` entries of U, aligned for any type; callers size the Workspace
+  // with Bytes<U>(count) for each array they take.
+  template <typename U>
+  U* Take(int64_t count) {
+    U* out = reinterpret_cast<U*>(base_ + used_);
+    used_ += Bytes<U>(count) / sizeof(Word);
+    return out;
+  }
+
+  template <typename U>
+  static size_t Bytes(int64_t count) {
+    const size_t raw = sizeof(U) * static_cast<size_t>(std::max<int64_t>(count, 0));
+    return (raw + sizeof(Word) - 1) / sizeof(Word) * sizeof(Word);
+  }
+
+ private:
+  typedef std::max_align_t Word;
+  std::vector<Word> own_;
+  Word* base_ = nullptr;
+  size_t used_ = 0;
+};
 
 // -- batches over threads -----------------------------------------------------
 
@@ -151,6 +201,14 @@ void ForEntries(ffi::ThreadPool& pool, int64_t n, int64_t arcs_per_entry, const 
   for (int64_t h = 0; h < helpers; ++h) pool.Schedule(decltype(work)(work));  // a copy each
   work();
   while (counters->busy.load() > 0) std::this_thread::yield();
+}
+
+// The element count of all but the last `trailing` dimensions (the batch).
+template <typename Dims>
+int64_t LeadingCount(const Dims& dims, size_t trailing) {
+  int64_t count = 1;
+  for (size_t i = 0; i + trailing < dims.size(); ++i) count *= dims[i];
+  return count;
 }
 
 }  // namespace

@@ -7,41 +7,45 @@
 // every table is read front to back and the work is one pass over the arcs.
 //
 // Shapes (every buffer may carry leading batch dimensions, flattened to N):
-//   weight    [N, A]     arc weights (f32 or f64)
-//   final     [N, S]     final weights
+//   weight    [N, A]     arc weights (f32 or f64: one handler per dtype)
+//   final     [N, S]     final weights, the same dtype
 //   pos_state [N, L, W]  int32, the state at each level position; S = none
 //   pull_end  [N, L, W]  int32, where each position's arcs end in pull order
 //   pull_arc  [N, A]     int32, arcs by destination position, then index
 //   pull_src  [N, A]     int32, their source states
 //   src       [N, A]     int32, each arc's source state (trace-back only)
+// The sizes are checked against each other, and every index against them,
+// so a schedule that belongs to another Fsa is an error, not a stray read.
 // State 0 is the start; the Fsa is acyclic (checked on the host), so every
 // arc goes from a lower level to a higher one.
 //
+// Scores are kept in double for either input dtype: float32 inputs then
+// lose nothing to the depth of the Fsa (a 100,000-level chain's scores
+// reach 2e5, where a float's spacing is 0.016), and float64 ones keep
+// their precision (exp and log are libm's for them; float32 inputs use
+// the float SIMD exp on O(1) arguments).
+//
 // LOG:      alpha[s] = logsumexp(one(s), alpha[src a] + w[a] for a into s)
-//   forward saves local[j] = exp(alpha[src] + w - m_s) for the j-th arc in
-//   pull order (m_s the maximum term of its state) and norm[s] = 1 / sum,
-//   so that posterior = gamma[dst] * norm[dst] * local.
-//   backward: gamma[s] = exp(alpha[s] + final[s] - Z) + the posteriors of
-//   the arcs leaving s. No exp or log per arc in the backward.
+//   forward keeps local[j] = exp(alpha[src] + w - m_s) for the j-th arc in
+//   pull order (m_s the maximum term of its level, or of its state when
+//   that is far below) and norm[s] = 1 / sum, so that posterior =
+//   gamma[dst] * norm[dst] * local. backward: gamma[s] = exp(alpha[s] +
+//   final[s] - Z) + the posteriors of the arcs leaving s.
 // TROPICAL: alpha[s] = max(one(s), alpha[src a] + w[a]); choice[s] is the
 //   winning arc, -1 for the start's empty prefix or none. Ties: the empty
 //   prefix, then the lowest arc index (pull order keeps arc order within a
 //   state), as recursions.py documents.
-
-#include <algorithm>
-#include <atomic>
-#include <cmath>
-#include <cstdint>
-#include <cstring>
-#include <limits>
-#include <memory>
-#include <string>
-#include <thread>
-#include <vector>
+//
+// NaN in a real arc's weight or in any final weight makes the total NaN
+// and every gradient entry NaN. +inf stays +inf where a path uses it (-inf
+// absorbs it, `Times`); LOG gradients of a +inf total are NaN, TROPICAL
+// ones the indicator of the best path, as the scans give.
 
 #include "common.h"
 
 namespace {
+
+ffi::Error Fail(const std::string& what) { return FailIn("score kernel", what); }
 
 struct Sizes {
   int64_t n = 1;           // batch entries
@@ -51,66 +55,40 @@ struct Sizes {
   int64_t width = 0;       // W
 };
 
-ffi::Error Fail(const char* what) { return FailIn("score kernel", what); }
+template <typename Dims>
+std::string Shape(const Dims& dims) {
+  std::string out = "[";
+  for (size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + std::to_string(dims[i]);
+  return out + "]";
+}
 
-// Sizes from the trailing dimensions of weight [.., A], final [.., S] and
-// pos_state [.., L, W]; N from final's element count.
-ffi::Error GetSizes(const ffi::AnyBuffer& arcs, const ffi::AnyBuffer& final_weight,
-                    const ffi::AnyBuffer* pos_state, Sizes* z) {
-  auto a = arcs.dimensions();
+// Sizes of weight [.., A], final [.., S], pos_state [.., L, W], pull_end
+// like pos_state, and pull_arc, pull_src (and src) like weight, all with
+// the same leading dimensions.
+template <typename W, typename F, typename I>
+ffi::Error GetSizes(const W& weight, const F& final_weight, const I& pos_state, const I& pull_end,
+                    const I& pull_arc, const I& pull_src, const I* src, Sizes* z) {
+  auto a = weight.dimensions();
   auto s = final_weight.dimensions();
-  if (a.size() < 1 || s.size() < 1) return Fail("arrays of rank 0");
+  auto p = pos_state.dimensions();
+  if (a.size() < 1 || s.size() < 1 || p.size() < 2) return Fail("tables of too low a rank");
   z->num_arcs = a.back();
   z->num_states = s.back();
+  z->levels = p[p.size() - 2];
+  z->width = p.back();
+  z->n = LeadingCount(a, 1);
   if (z->num_states < 1) return Fail("no states");
-  z->n = static_cast<int64_t>(final_weight.element_count()) / z->num_states;
-  if (pos_state != nullptr) {
-    auto p = pos_state->dimensions();
-    if (p.size() < 2) return Fail("pos_state of rank < 2");
-    z->levels = p[p.size() - 2];
-    z->width = p.back();
+  const bool same = LeadingCount(s, 1) == z->n && LeadingCount(p, 2) == z->n &&
+                    Shape(pull_end.dimensions()) == Shape(p) &&
+                    Shape(pull_arc.dimensions()) == Shape(a) &&
+                    Shape(pull_src.dimensions()) == Shape(a) &&
+                    (src == nullptr || Shape(src->dimensions()) == Shape(a));
+  if (!same) {
+    return Fail("tables of mismatched sizes: weight " + Shape(a) + ", final_weight " + Shape(s) +
+                ", pos_state " + Shape(p) + ", pull_end " + Shape(pull_end.dimensions()) +
+                ", pull_arc " + Shape(pull_arc.dimensions()) + " (a schedule of another Fsa?)");
   }
   return ffi::Error::Success();
-}
-
-// v[i] = exp(v[i] - shift) for i < n, four lanes at a time.
-inline void ExpShifted(int64_t n, float shift, float* v) {
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const Floats4 e = FastExp4(Load4(v + i) - shift);
-    std::memcpy(v + i, &e, sizeof(e));
-  }
-  for (; i < n; ++i) v[i] = FastExp(v[i] - shift);
-}
-
-inline void ExpShifted(int64_t n, double shift, double* v) {
-  for (int64_t i = 0; i < n; ++i) v[i] = std::exp(v[i] - shift);
-}
-
-// out[i] = exp(a[i] + b[i] - shift) for i < n; returns the sum of out.
-inline float ExpOfSum(int64_t n, const float* a, const float* b, float shift, float* out) {
-  Floats4 lanes = Splat(0.0f);
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const Floats4 e = FastExp4(Load4(a + i) + Load4(b + i) - shift);
-    std::memcpy(out + i, &e, sizeof(e));
-    lanes += e;
-  }
-  float sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-  for (; i < n; ++i) {
-    out[i] = FastExp(a[i] + b[i] - shift);
-    sum += out[i];
-  }
-  return sum;
-}
-
-inline double ExpOfSum(int64_t n, const double* a, const double* b, double shift, double* out) {
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    out[i] = std::exp(a[i] + b[i] - shift);
-    sum += out[i];
-  }
-  return sum;
 }
 
 // Pointers to one batch entry's tables.
@@ -127,134 +105,215 @@ struct Entry {
 // The first pull index of position p (positions are flattened [L * W]).
 inline int64_t PullBegin(const int32_t* pull_end, int64_t p) { return p == 0 ? 0 : pull_end[p - 1]; }
 
-inline bool IsState(int32_t s, int64_t num_states) {
-  return static_cast<uint32_t>(s) < static_cast<uint64_t>(num_states);
+inline bool Below(int64_t i, int64_t size) {
+  return static_cast<uint64_t>(i) < static_cast<uint64_t>(size);
 }
 
-// ⊕ over the states of alpha + final (LOG).
+// Whether the entry's tables index only within its sizes: pull_end rises
+// within [0, A], every pulled arc and source exists, states are < S or the
+// S of an empty position. Checked once per entry (a read of each table),
+// so the recursions below can trust them.
 template <typename T>
-T LogTotal(int64_t num_states, const T* alpha, const T* final_weight) {
-  T best = kNegInf<T>;
-  for (int64_t s = 0; s < num_states; ++s) best = std::max(best, alpha[s] + final_weight[s]);
-  if (!(best > kNegInf<T>) || !std::isfinite(best)) return best;
-  T* terms = Scratch<T>(num_states);
-  return best + std::log(ExpOfSum(num_states, alpha, final_weight, best, terms));
+bool TablesFit(const Sizes& z, const Entry<T>& e) {
+  const int64_t positions = z.levels * z.width;
+  int64_t previous = 0;
+  for (int64_t p = 0; p < positions; ++p) {
+    const int64_t end = e.pull_end[p];
+    if (end < previous || end > z.num_arcs) return false;
+    if (end > previous && !Below(e.pos_state[p], z.num_states)) return false;
+    if (!Below(e.pos_state[p], z.num_states + 1)) return false;
+    previous = end;
+  }
+  for (int64_t j = 0; j < previous; ++j) {
+    if (!Below(e.pull_arc[j], z.num_arcs) || !Below(e.pull_src[j], z.num_states)) return false;
+  }
+  for (int64_t j = previous; j < z.num_arcs; ++j) {
+    if (!Below(e.pull_arc[j], z.num_arcs)) return false;
+  }
+  return true;
 }
 
 // A state whose best term is this far below its level's best is shifted by
 // its own maximum instead of the level's, so that its terms cannot
 // underflow (exp(-60) is about 1e-26, far above float's smallest normal).
-template <typename T>
-constexpr T kOwnShiftBelow = T(-60);
+constexpr double kOwnShiftBelow = -60;
 
-// One entry's LOG forward pass; returns the total score. A level at a time:
-// gather every incoming term alpha[src] + weight into `local` (pull order),
-// exponentiate the level's terms in one long loop shifted by the level's
-// maximum term, then sum per state. local stays unnormalised; norm[s] is
-// 1 / sum, so that local * norm is each arc's share of its state.
+// What a LOG forward pass leaves for its backward pass, in scratch.
 template <typename T>
-T LogForwardOne(const Sizes& z, const Entry<T>& e, T* alpha, T* local, T* norm) {
-  const int64_t S = z.num_states, W = z.width;
-  for (int64_t s = 0; s < S; ++s) {
-    alpha[s] = s == 0 ? T(0) : kNegInf<T>;
-    norm[s] = T(0);
-  }
-  T* state_best = Scratch<T>(W);
-  for (int64_t level = 0; level < z.levels; ++level) {
-    const int64_t first_p = level * W;
-    const int64_t level_begin = PullBegin(e.pull_end, first_p);
-    const int64_t level_end = e.pull_end[first_p + W - 1];
-    T level_best = kNegInf<T>;
-    for (int64_t p = first_p; p < first_p + W; ++p) {
-      const int32_t s = e.pos_state[p];
-      const int64_t begin = PullBegin(e.pull_end, p), end = e.pull_end[p];
-      if (begin == end || !IsState(s, S)) continue;
-      T best = alpha[s];  // the empty prefix (start) or zero
-      for (int64_t j = begin; j < end; ++j) {
-        const T x = alpha[e.pull_src[j]] + e.weight[e.pull_arc[j]];
-        local[j] = x;
-        best = std::max(best, x);
-      }
-      state_best[p - first_p] = best;
-      level_best = std::max(level_best, best);
-    }
-    if (!(level_best > kNegInf<T>)) {  // nothing reaches this level
-      std::fill(local + level_begin, local + level_end, T(0));
-      continue;
-    }
-    ExpShifted(level_end - level_begin, level_best, local + level_begin);
-    for (int64_t p = first_p; p < first_p + W; ++p) {
-      const int32_t s = e.pos_state[p];
-      const int64_t begin = PullBegin(e.pull_end, p), end = e.pull_end[p];
-      if (begin == end || !IsState(s, S)) continue;
-      const T best = state_best[p - first_p];
-      if (!(best > kNegInf<T>)) continue;  // unreachable: alpha stays, local is 0
-      T shift = level_best;
-      if (best - level_best < kOwnShiftBelow<T>) {
-        shift = best;
-        for (int64_t j = begin; j < end; ++j) {
-          local[j] = FastExp(alpha[e.pull_src[j]] + e.weight[e.pull_arc[j]] - shift);
-        }
-      }
-      T sum = s == 0 ? FastExp(alpha[s] - shift) : T(0);  // only the start has a prefix
-      for (int64_t j = begin; j < end; ++j) sum += local[j];
-      norm[s] = T(1) / sum;
-      alpha[s] = shift + std::log(sum);
-    }
-  }
-  // Padding arcs belong to no state; zero their slots (the backward never
-  // reads them, but an output should hold no stale memory).
-  const int64_t real_end = z.levels * W > 0 ? e.pull_end[z.levels * W - 1] : 0;
-  std::fill(local + real_end, local + z.num_arcs, T(0));
-  return LogTotal(S, alpha, e.final_weight);
+struct LogState {
+  double* alpha;  // [S]
+  double* norm;   // [S], 1 / each state's sum of terms
+  T* local;       // [A] in pull order: exp(term - shift)
+  double* term;   // [A] in pull order: alpha[src] + weight
+  double* best;   // [W], each position's best term in the current level
+};
+
+template <typename T>
+size_t LogStateBytes(const Sizes& z) {
+  return 2 * Workspace::Bytes<double>(z.num_states) + Workspace::Bytes<T>(z.num_arcs) +
+         Workspace::Bytes<double>(z.num_arcs) + Workspace::Bytes<double>(z.width);
 }
 
-// One entry's LOG backward pass: d total / d weight and d total / d final.
 template <typename T>
-void LogBackwardOne(const Sizes& z, const Entry<T>& e, const T* alpha, const T* local,
-                    const T* norm, T total, T* arc_grad, T* final_grad) {
-  const int64_t S = z.num_states, P = z.levels * z.width;
-  if (!(total > kNegInf<T>)) {  // no successful path: the gradient is exactly 0
-    std::fill(arc_grad, arc_grad + z.num_arcs, T(0));
+LogState<T> TakeLogState(const Sizes& z, Workspace* space) {
+  LogState<T> st;
+  st.alpha = space->Take<double>(z.num_states);
+  st.norm = space->Take<double>(z.num_states);
+  st.local = space->Take<T>(z.num_arcs);
+  st.term = space->Take<double>(z.num_arcs);
+  st.best = space->Take<double>(z.width);
+  return st;
+}
+
+// local[j] = exp(term[j] - shift) for j in [begin, end): four lanes at a
+// time for float32 inputs.
+inline void ExpShifted(int64_t begin, int64_t end, double shift, const double* term,
+                       float* local) {
+  int64_t j = begin;
+  for (; j + 4 <= end; j += 4) {
+    Doubles4 d;
+    std::memcpy(&d, term + j, sizeof(d));
+    const Floats4 e = FastExp4(__builtin_convertvector(d - shift, Floats4));
+    std::memcpy(local + j, &e, sizeof(e));
+  }
+  for (; j < end; ++j) local[j] = FastExp(static_cast<float>(term[j] - shift));
+}
+
+inline void ExpShifted(int64_t begin, int64_t end, double shift, const double* term,
+                       double* local) {
+  for (int64_t j = begin; j < end; ++j) local[j] = std::exp(term[j] - shift);
+}
+
+// One entry's LOG forward pass; returns the total score, NaN when a real
+// arc's weight or a final weight is NaN. A level at a time:
+// gather every incoming term alpha[src] + weight (pull order), exponentiate
+// the level's terms in one long loop shifted by the level's maximum finite
+// term, then sum per state.
+template <typename T>
+double LogForwardOne(const Sizes& z, const Entry<T>& e, const LogState<T>& st) {
+  const int64_t S = z.num_states, W = z.width;
+  for (int64_t s = 0; s < S; ++s) {
+    st.alpha[s] = s == 0 ? 0.0 : kNegInf<double>;
+    st.norm[s] = 0.0;
+  }
+  bool nan = false;
+  for (int64_t level = 0; level < z.levels; ++level) {
+    const int64_t first_p = level * W;
+    double level_best = kNegInf<double>;
+    for (int64_t p = first_p; p < first_p + W; ++p) {
+      const int64_t begin = PullBegin(e.pull_end, p), end = e.pull_end[p];
+      if (begin == end) continue;
+      const int32_t s = e.pos_state[p];
+      double best = st.alpha[s];  // the empty prefix (start) or zero
+      for (int64_t j = begin; j < end; ++j) {
+        const T w = e.weight[e.pull_arc[j]];
+        nan |= w != w;
+        const double x = Times(st.alpha[e.pull_src[j]], static_cast<double>(w));
+        st.term[j] = x;
+        best = std::max(best, x);
+      }
+      st.best[p - first_p] = best;
+      if (best < kPosInf<double>) level_best = std::max(level_best, best);
+    }
+    const int64_t level_begin = PullBegin(e.pull_end, first_p);
+    const int64_t level_end = e.pull_end[first_p + W - 1];
+    if (level_best > kNegInf<double>) {
+      ExpShifted(level_begin, level_end, level_best, st.term, st.local);
+    }
+    for (int64_t p = first_p; p < first_p + W; ++p) {
+      const int64_t begin = PullBegin(e.pull_end, p), end = e.pull_end[p];
+      if (begin == end) continue;
+      const int32_t s = e.pos_state[p];
+      const double best = st.best[p - first_p];
+      if (!(best > kNegInf<double>) || !(best < kPosInf<double>)) {
+        // Unreachable (alpha stays -inf) or through a +inf weight (+inf;
+        // its posteriors are undefined, see above): no shares.
+        std::fill(st.local + begin, st.local + end, T(0));
+        st.alpha[s] = best > kNegInf<double> ? best : st.alpha[s];
+        continue;
+      }
+      double shift = level_best;
+      if (best - level_best < kOwnShiftBelow) {
+        shift = best;
+        ExpShifted(begin, end, shift, st.term, st.local);
+      }
+      double sum = s == 0 ? static_cast<double>(ExpOf(static_cast<T>(st.alpha[s] - shift))) : 0.0;
+      for (int64_t j = begin; j < end; ++j) sum += static_cast<double>(st.local[j]);
+      st.norm[s] = 1.0 / sum;
+      st.alpha[s] = shift + std::log(sum);
+    }
+  }
+  // ⊕ over the states of alpha ⊗ final.
+  double best = kNegInf<double>;
+  for (int64_t s = 0; s < S; ++s) {
+    const T f = e.final_weight[s];
+    nan |= f != f;
+    best = std::max(best, Times(st.alpha[s], static_cast<double>(f)));
+  }
+  if (nan) return kNaN<double>;
+  if (!(best > kNegInf<double>) || !(best < kPosInf<double>)) return best;
+  double sum = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    sum += std::exp(Times(st.alpha[s], static_cast<double>(e.final_weight[s])) - best);
+  }
+  return best + std::log(sum);
+}
+
+// One entry's LOG gradients: d total / d weight [A] and d total / d final [S].
+template <typename T>
+void LogBackwardOne(const Sizes& z, const Entry<T>& e, const LogState<T>& st, double total,
+                    T* arc_grad, T* final_grad, Workspace* space) {
+  const int64_t S = z.num_states, A = z.num_arcs, P = z.levels * z.width;
+  if (total != total || total == kPosInf<double>) {  // NaN in, or a +inf weight
+    std::fill(arc_grad, arc_grad + A, kNaN<T>);
+    std::fill(final_grad, final_grad + S, kNaN<T>);
+    return;
+  }
+  if (!(total > kNegInf<double>)) {  // no successful path: the gradient is exactly 0
+    std::fill(arc_grad, arc_grad + A, T(0));
     std::fill(final_grad, final_grad + S, T(0));
     return;
   }
-  ExpOfSum(S, alpha, e.final_weight, total, final_grad);
-  T* gamma = Scratch<T>(S);  // the posterior of passing through each state
-  std::copy(final_grad, final_grad + S, gamma);
-  // Every arc is written once: the real ones by their state, padding here.
-  const int64_t real_end = P > 0 ? e.pull_end[P - 1] : 0;
-  for (int64_t j = real_end; j < z.num_arcs; ++j) arc_grad[e.pull_arc[j]] = T(0);
+  double* gamma = space->Take<double>(S);  // the posterior of passing through each state
+  for (int64_t s = 0; s < S; ++s) {
+    gamma[s] = std::exp(Times(st.alpha[s], static_cast<double>(e.final_weight[s])) - total);
+    final_grad[s] = static_cast<T>(std::min(gamma[s], 1.0));
+  }
+  // Zeros first: padding arcs, and any arc that pull_arc fails to list.
+  std::fill(arc_grad, arc_grad + A, T(0));
   for (int64_t p = P - 1; p >= 0; --p) {
-    const int32_t s = e.pos_state[p];
     const int64_t begin = PullBegin(e.pull_end, p), end = e.pull_end[p];
     if (begin == end) continue;
-    const T g = IsState(s, S) ? gamma[s] * norm[s] : T(0);
+    const double g = gamma[e.pos_state[p]] * st.norm[e.pos_state[p]];
     for (int64_t j = begin; j < end; ++j) {
-      const T posterior = g * local[j];
-      arc_grad[e.pull_arc[j]] = posterior;
+      const double posterior = g * static_cast<double>(st.local[j]);
+      arc_grad[e.pull_arc[j]] = static_cast<T>(std::min(posterior, 1.0));
       gamma[e.pull_src[j]] += posterior;
     }
   }
 }
 
-// One entry's TROPICAL forward pass; returns the total score.
+// One entry's TROPICAL forward pass: alpha, each state's chosen arc, the
+// total (NaN as in LogForwardOne).
 template <typename T>
-T TropicalForwardOne(const Sizes& z, const Entry<T>& e, T* alpha, int32_t* choice) {
+double TropicalForwardOne(const Sizes& z, const Entry<T>& e, double* alpha, int32_t* choice) {
   const int64_t S = z.num_states;
   for (int64_t s = 0; s < S; ++s) {
-    alpha[s] = s == 0 ? T(0) : kNegInf<T>;
+    alpha[s] = s == 0 ? 0.0 : kNegInf<double>;
     choice[s] = -1;
   }
+  bool nan = false;
   for (int64_t p = 0; p < z.levels * z.width; ++p) {
-    const int32_t s = e.pos_state[p];
     const int64_t begin = PullBegin(e.pull_end, p), end = e.pull_end[p];
-    if (begin == end || !IsState(s, S)) continue;
-    T best = alpha[s];
+    if (begin == end) continue;
+    const int32_t s = e.pos_state[p];
+    double best = alpha[s];
     int32_t chosen = -1;
     for (int64_t j = begin; j < end; ++j) {
       const int32_t a = e.pull_arc[j];
-      const T x = alpha[e.pull_src[j]] + e.weight[a];
+      const T w = e.weight[a];
+      nan |= w != w;
+      const double x = Times(alpha[e.pull_src[j]], static_cast<double>(w));
       if (x > best) {
         best = x;
         chosen = a;
@@ -263,204 +322,219 @@ T TropicalForwardOne(const Sizes& z, const Entry<T>& e, T* alpha, int32_t* choic
     alpha[s] = best;
     choice[s] = chosen;
   }
-  T best = kNegInf<T>;
-  for (int64_t s = 0; s < S; ++s) best = std::max(best, alpha[s] + e.final_weight[s]);
-  return best;
+  double best = kNegInf<double>;
+  for (int64_t s = 0; s < S; ++s) {
+    const T f = e.final_weight[s];
+    nan |= f != f;
+    best = std::max(best, Times(alpha[s], static_cast<double>(f)));
+  }
+  return nan ? kNaN<double> : best;
 }
 
 // One entry's best path: the indicator of its arcs and of its final state,
 // the lowest-numbered one with the best score.
 template <typename T>
 void TropicalBackwardOne(const Sizes& z, const T* final_weight, const int32_t* src,
-                         const T* alpha, const int32_t* choice, T* arc_grad, T* final_grad) {
+                         const double* alpha, const int32_t* choice, double total, T* arc_grad,
+                         T* final_grad) {
   const int64_t A = z.num_arcs, S = z.num_states;
-  std::fill(arc_grad, arc_grad + A, T(0));
-  std::fill(final_grad, final_grad + S, T(0));
-  int64_t best_state = -1;
-  T best = kNegInf<T>;
+  const T fill = total != total ? kNaN<T> : T(0);
+  std::fill(arc_grad, arc_grad + A, fill);
+  std::fill(final_grad, final_grad + S, fill);
+  if (!(total > kNegInf<double>)) return;  // no path (gradient exactly 0) or NaN
+  int64_t best_state = 0;
   for (int64_t s = 0; s < S; ++s) {
-    const T x = alpha[s] + final_weight[s];
-    if (x > best) {
-      best = x;
+    if (Times(alpha[s], static_cast<double>(final_weight[s])) == total) {
       best_state = s;
+      break;
     }
   }
-  if (best_state < 0) return;  // no successful path: the gradient is exactly 0
   final_grad[best_state] = T(1);
   // At most S steps: a path of an acyclic Fsa visits each state once.
   int64_t s = best_state;
-  for (int64_t step = 0; step < S && choice[s] >= 0 && choice[s] < A; ++step) {
+  for (int64_t step = 0; step < S && Below(choice[s], A); ++step) {
     const int32_t a = choice[s];
     arc_grad[a] = T(1);
+    if (!Below(src[a], S)) break;
     s = src[a];
-    if (!IsState(static_cast<int32_t>(s), S)) break;
   }
 }
 
-// -- FFI handlers: dtype dispatch and the loop over batch entries ------------
+// -- FFI handlers: one per op and dtype; the loop over batch entries ---------
 
-template <typename T>
-Entry<T> EntryAt(const Sizes& z, int64_t i, const ffi::AnyBuffer& weight,
-                 const ffi::AnyBuffer& final_weight, const ffi::AnyBuffer& pos_state,
-                 const ffi::AnyBuffer& pull_end, const ffi::AnyBuffer& pull_arc,
-                 const ffi::AnyBuffer& pull_src) {
+template <ffi::DataType D>
+using Floats = ffi::Buffer<D>;
+using Ints = ffi::Buffer<ffi::S32>;
+
+template <ffi::DataType D>
+Entry<ffi::NativeType<D>> EntryAt(const Sizes& z, int64_t i, const Floats<D>& weight,
+                                  const Floats<D>& final_weight, const Ints& pos_state,
+                                  const Ints& pull_end, const Ints& pull_arc,
+                                  const Ints& pull_src) {
   const int64_t positions = z.levels * z.width;
-  return Entry<T>{
-      weight.typed_data<T>() + i * z.num_arcs,
-      final_weight.typed_data<T>() + i * z.num_states,
-      pos_state.typed_data<int32_t>() + i * positions,
-      pull_end.typed_data<int32_t>() + i * positions,
-      pull_arc.typed_data<int32_t>() + i * z.num_arcs,
-      pull_src.typed_data<int32_t>() + i * z.num_arcs,
+  return {
+      weight.typed_data() + i * z.num_arcs,     final_weight.typed_data() + i * z.num_states,
+      pos_state.typed_data() + i * positions,   pull_end.typed_data() + i * positions,
+      pull_arc.typed_data() + i * z.num_arcs,   pull_src.typed_data() + i * z.num_arcs,
   };
 }
 
-// Runs body.template operator()<T>() for the float type of `buffer`.
-template <typename Body>
-ffi::Error ForFloatType(const ffi::AnyBuffer& buffer, Body body) {
-  switch (buffer.element_type()) {
-    case ffi::F32:
-      return body(float{});
-    case ffi::F64:
-      return body(double{});
-    default:
-      return Fail("weights must be float32 or float64");
+// Runs body(z, i, entry) for every batch entry on the pool, after checking
+// the tables' sizes against each other (and src's, where given) and each
+// entry's indices against its sizes.
+template <ffi::DataType D, typename Body>
+ffi::Error ForEachEntry(ffi::ThreadPool& pool, const Floats<D>& weight,
+                        const Floats<D>& final_weight, const Ints& pos_state, const Ints& pull_end,
+                        const Ints& pull_arc, const Ints& pull_src, const Ints* src,
+                        const Body& body) {
+  Sizes z;
+  if (auto error =
+          GetSizes(weight, final_weight, pos_state, pull_end, pull_arc, pull_src, src, &z);
+      error.failure()) {
+    return error;
   }
+  std::atomic<int64_t> misfit{-1};
+  ForEntries(pool, z.n, z.num_arcs, [&](int64_t i) {
+    const auto e = EntryAt<D>(z, i, weight, final_weight, pos_state, pull_end, pull_arc, pull_src);
+    if (!TablesFit(z, e)) {
+      misfit.store(i);
+      return;
+    }
+    body(z, i, e);
+  });
+  if (misfit.load() >= 0) {
+    return Fail("batch entry " + std::to_string(misfit.load()) +
+                ": the schedule's tables index outside the Fsa's " +
+                std::to_string(z.num_states) + " states and " + std::to_string(z.num_arcs) +
+                " arcs (a schedule of another Fsa?)");
+  }
+  return ffi::Error::Success();
 }
 
-ffi::Error LogForward(ffi::ThreadPool pool, ffi::AnyBuffer weight, ffi::AnyBuffer final_weight,
-                      ffi::AnyBuffer pos_state, ffi::AnyBuffer pull_end, ffi::AnyBuffer pull_arc,
-                      ffi::AnyBuffer pull_src, ffi::Result<ffi::AnyBuffer> total,
-                      ffi::Result<ffi::AnyBuffer> alpha, ffi::Result<ffi::AnyBuffer> local,
-                      ffi::Result<ffi::AnyBuffer> norm) {
-  Sizes z;
-  if (auto error = GetSizes(weight, final_weight, &pos_state, &z); error.failure()) return error;
-  return ForFloatType(weight, [&](auto zero) {
-    using T = decltype(zero);
-    ForEntries(pool, z.n, z.num_arcs, [&](int64_t i) {
-      const Entry<T> e = EntryAt<T>(z, i, weight, final_weight, pos_state, pull_end, pull_arc,
-                                    pull_src);
-      total->typed_data<T>()[i] =
-          LogForwardOne<T>(z, e, alpha->typed_data<T>() + i * z.num_states,
-                           local->typed_data<T>() + i * z.num_arcs,
-                           norm->typed_data<T>() + i * z.num_states);
-    });
-    return ffi::Error::Success();
-  });
+template <ffi::DataType D>
+ffi::Error LogTotal(ffi::ThreadPool pool, Floats<D> weight, Floats<D> final_weight, Ints pos_state,
+                    Ints pull_end, Ints pull_arc, Ints pull_src, ffi::ResultBuffer<D> total) {
+  using T = ffi::NativeType<D>;
+  return ForEachEntry<D>(
+      pool, weight, final_weight, pos_state, pull_end, pull_arc, pull_src, nullptr,
+      [&](const Sizes& z, int64_t i, const Entry<T>& e) {
+        Workspace space(LogStateBytes<T>(z));
+        total->typed_data()[i] =
+            static_cast<T>(LogForwardOne<T>(z, e, TakeLogState<T>(z, &space)));
+      });
 }
 
-ffi::Error LogBackward(ffi::ThreadPool pool, ffi::AnyBuffer final_weight, ffi::AnyBuffer pos_state,
-                       ffi::AnyBuffer pull_end, ffi::AnyBuffer pull_arc, ffi::AnyBuffer pull_src,
-                       ffi::AnyBuffer alpha, ffi::AnyBuffer local, ffi::AnyBuffer norm,
-                       ffi::AnyBuffer total, ffi::Result<ffi::AnyBuffer> arc_grad,
-                       ffi::Result<ffi::AnyBuffer> final_grad) {
-  Sizes z;
-  if (auto error = GetSizes(local, final_weight, &pos_state, &z); error.failure()) return error;
-  return ForFloatType(final_weight, [&](auto zero) {
-    using T = decltype(zero);
-    ForEntries(pool, z.n, z.num_arcs, [&](int64_t i) {
-      // `local` stands in for the weights, which the backward does not read.
-      const Entry<T> e =
-          EntryAt<T>(z, i, local, final_weight, pos_state, pull_end, pull_arc, pull_src);
-      LogBackwardOne<T>(z, e, alpha.typed_data<T>() + i * z.num_states,
-                        local.typed_data<T>() + i * z.num_arcs,
-                        norm.typed_data<T>() + i * z.num_states, total.typed_data<T>()[i],
-                        arc_grad->typed_data<T>() + i * z.num_arcs,
-                        final_grad->typed_data<T>() + i * z.num_states);
-    });
-    return ffi::Error::Success();
-  });
+template <ffi::DataType D>
+ffi::Error LogGrad(ffi::ThreadPool pool, Floats<D> weight, Floats<D> final_weight, Ints pos_state,
+                   Ints pull_end, Ints pull_arc, Ints pull_src, ffi::ResultBuffer<D> total,
+                   ffi::ResultBuffer<D> arc_grad, ffi::ResultBuffer<D> final_grad) {
+  using T = ffi::NativeType<D>;
+  return ForEachEntry<D>(
+      pool, weight, final_weight, pos_state, pull_end, pull_arc, pull_src, nullptr,
+      [&](const Sizes& z, int64_t i, const Entry<T>& e) {
+        Workspace space(LogStateBytes<T>(z) + Workspace::Bytes<double>(z.num_states));
+        const LogState<T> st = TakeLogState<T>(z, &space);
+        const double value = LogForwardOne<T>(z, e, st);
+        total->typed_data()[i] = static_cast<T>(value);
+        LogBackwardOne<T>(z, e, st, value, arc_grad->typed_data() + i * z.num_arcs,
+                          final_grad->typed_data() + i * z.num_states, &space);
+      });
 }
 
-ffi::Error TropicalForward(ffi::ThreadPool pool, ffi::AnyBuffer weight, ffi::AnyBuffer final_weight,
-                           ffi::AnyBuffer pos_state, ffi::AnyBuffer pull_end,
-                           ffi::AnyBuffer pull_arc, ffi::AnyBuffer pull_src,
-                           ffi::Result<ffi::AnyBuffer> total, ffi::Result<ffi::AnyBuffer> alpha,
-                           ffi::Result<ffi::AnyBuffer> choice) {
-  Sizes z;
-  if (auto error = GetSizes(weight, final_weight, &pos_state, &z); error.failure()) return error;
-  return ForFloatType(weight, [&](auto zero) {
-    using T = decltype(zero);
-    ForEntries(pool, z.n, z.num_arcs, [&](int64_t i) {
-      const Entry<T> e = EntryAt<T>(z, i, weight, final_weight, pos_state, pull_end, pull_arc,
-                                    pull_src);
-      total->typed_data<T>()[i] =
-          TropicalForwardOne<T>(z, e, alpha->typed_data<T>() + i * z.num_states,
-                                choice->typed_data<int32_t>() + i * z.num_states);
-    });
-    return ffi::Error::Success();
-  });
+// A TROPICAL forward pass's scratch: alpha [S] and each state's choice [S].
+struct TropicalState {
+  double* alpha;
+  int32_t* choice;
+};
+
+inline size_t TropicalStateBytes(const Sizes& z) {
+  return Workspace::Bytes<double>(z.num_states) + Workspace::Bytes<int32_t>(z.num_states);
 }
 
-ffi::Error TropicalBackward(ffi::ThreadPool pool, ffi::AnyBuffer final_weight, ffi::AnyBuffer src, ffi::AnyBuffer alpha,
-                            ffi::AnyBuffer choice, ffi::Result<ffi::AnyBuffer> arc_grad,
-                            ffi::Result<ffi::AnyBuffer> final_grad) {
-  Sizes z;
-  if (auto error = GetSizes(src, final_weight, nullptr, &z); error.failure()) return error;
-  return ForFloatType(final_weight, [&](auto zero) {
-    using T = decltype(zero);
-    ForEntries(pool, z.n, z.num_states, [&](int64_t i) {
-      TropicalBackwardOne<T>(z, final_weight.typed_data<T>() + i * z.num_states,
-                             src.typed_data<int32_t>() + i * z.num_arcs,
-                             alpha.typed_data<T>() + i * z.num_states,
-                             choice.typed_data<int32_t>() + i * z.num_states,
-                             arc_grad->typed_data<T>() + i * z.num_arcs,
-                             final_grad->typed_data<T>() + i * z.num_states);
-    });
-    return ffi::Error::Success();
-  });
+inline TropicalState TakeTropicalState(const Sizes& z, Workspace* space) {
+  double* alpha = space->Take<double>(z.num_states);
+  return {alpha, space->Take<int32_t>(z.num_states)};
+}
+
+template <ffi::DataType D>
+ffi::Error TropicalTotal(ffi::ThreadPool pool, Floats<D> weight, Floats<D> final_weight,
+                         Ints pos_state, Ints pull_end, Ints pull_arc, Ints pull_src,
+                         ffi::ResultBuffer<D> total) {
+  using T = ffi::NativeType<D>;
+  return ForEachEntry<D>(
+      pool, weight, final_weight, pos_state, pull_end, pull_arc, pull_src, nullptr,
+      [&](const Sizes& z, int64_t i, const Entry<T>& e) {
+        Workspace space(TropicalStateBytes(z));
+        const TropicalState st = TakeTropicalState(z, &space);
+        total->typed_data()[i] =
+            static_cast<T>(TropicalForwardOne<T>(z, e, st.alpha, st.choice));
+      });
+}
+
+template <ffi::DataType D>
+ffi::Error TropicalGrad(ffi::ThreadPool pool, Floats<D> weight, Floats<D> final_weight,
+                        Ints pos_state, Ints pull_end, Ints pull_arc, Ints pull_src, Ints src,
+                        ffi::ResultBuffer<D> total, ffi::ResultBuffer<D> arc_grad,
+                        ffi::ResultBuffer<D> final_grad) {
+  using T = ffi::NativeType<D>;
+  return ForEachEntry<D>(
+      pool, weight, final_weight, pos_state, pull_end, pull_arc, pull_src, &src,
+      [&](const Sizes& z, int64_t i, const Entry<T>& e) {
+        Workspace space(TropicalStateBytes(z));
+        const TropicalState st = TakeTropicalState(z, &space);
+        const double value = TropicalForwardOne<T>(z, e, st.alpha, st.choice);
+        total->typed_data()[i] = static_cast<T>(value);
+        TropicalBackwardOne<T>(z, e.final_weight, src.typed_data() + i * z.num_arcs, st.alpha,
+                               st.choice, value, arc_grad->typed_data() + i * z.num_arcs,
+                               final_grad->typed_data() + i * z.num_states);
+      });
+}
+
+// The bindings: inputs, then results, as the handlers above take them.
+template <ffi::DataType D>
+auto Tables() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::ThreadPool>()
+      .Arg<Floats<D>>()  // weight [N, A]
+      .template Arg<Floats<D>>()  // final_weight [N, S]
+      .template Arg<Ints>()       // pos_state [N, L, W]
+      .template Arg<Ints>()       // pull_end [N, L, W]
+      .template Arg<Ints>()       // pull_arc [N, A]
+      .template Arg<Ints>();      // pull_src [N, A]
 }
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SjLogForward, LogForward,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::AnyBuffer>()  // weight [N, A]
-                                  .Arg<ffi::AnyBuffer>()  // final_weight [N, S]
-                                  .Arg<ffi::AnyBuffer>()  // pos_state [N, L, W]
-                                  .Arg<ffi::AnyBuffer>()  // pull_end [N, L, W]
-                                  .Arg<ffi::AnyBuffer>()  // pull_arc [N, A]
-                                  .Arg<ffi::AnyBuffer>()  // pull_src [N, A]
-                                  .Ret<ffi::AnyBuffer>()  // total [N]
-                                  .Ret<ffi::AnyBuffer>()  // alpha [N, S]
-                                  .Ret<ffi::AnyBuffer>()  // local [N, A], pull order
-                                  .Ret<ffi::AnyBuffer>());  // norm [N, S]
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SjLogBackward, LogBackward,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::AnyBuffer>()  // final_weight [N, S]
-                                  .Arg<ffi::AnyBuffer>()  // pos_state [N, L, W]
-                                  .Arg<ffi::AnyBuffer>()  // pull_end [N, L, W]
-                                  .Arg<ffi::AnyBuffer>()  // pull_arc [N, A]
-                                  .Arg<ffi::AnyBuffer>()  // pull_src [N, A]
-                                  .Arg<ffi::AnyBuffer>()  // alpha [N, S]
-                                  .Arg<ffi::AnyBuffer>()  // local [N, A]
-                                  .Arg<ffi::AnyBuffer>()  // norm [N, S]
-                                  .Arg<ffi::AnyBuffer>()  // total [N]
-                                  .Ret<ffi::AnyBuffer>()  // arc_grad [N, A]
-                                  .Ret<ffi::AnyBuffer>());  // final_grad [N, S]
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SjTropicalForward, TropicalForward,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::AnyBuffer>()  // weight [N, A]
-                                  .Arg<ffi::AnyBuffer>()  // final_weight [N, S]
-                                  .Arg<ffi::AnyBuffer>()  // pos_state [N, L, W]
-                                  .Arg<ffi::AnyBuffer>()  // pull_end [N, L, W]
-                                  .Arg<ffi::AnyBuffer>()  // pull_arc [N, A]
-                                  .Arg<ffi::AnyBuffer>()  // pull_src [N, A]
-                                  .Ret<ffi::AnyBuffer>()  // total [N]
-                                  .Ret<ffi::AnyBuffer>()  // alpha [N, S]
-                                  .Ret<ffi::AnyBuffer>());  // choice [N, S] int32
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SjTropicalBackward, TropicalBackward,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::AnyBuffer>()  // final_weight [N, S]
-                                  .Arg<ffi::AnyBuffer>()  // src [N, A]
-                                  .Arg<ffi::AnyBuffer>()  // alpha [N, S]
-                                  .Arg<ffi::AnyBuffer>()  // choice [N, S] int32
-                                  .Ret<ffi::AnyBuffer>()  // arc_grad [N, A]
-                                  .Ret<ffi::AnyBuffer>());  // final_grad [N, S]
+// total [N]
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SjLogTotalF32, LogTotal<ffi::F32>,
+                              Tables<ffi::F32>().Ret<Floats<ffi::F32>>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SjLogTotalF64, LogTotal<ffi::F64>,
+                              Tables<ffi::F64>().Ret<Floats<ffi::F64>>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SjTropicalTotalF32, TropicalTotal<ffi::F32>,
+                              Tables<ffi::F32>().Ret<Floats<ffi::F32>>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SjTropicalTotalF64, TropicalTotal<ffi::F64>,
+                              Tables<ffi::F64>().Ret<Floats<ffi::F64>>());
+// total [N], arc_grad [N, A], final_grad [N, S]
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SjLogGradF32, LogGrad<ffi::F32>,
+                              Tables<ffi::F32>()
+                                  .Ret<Floats<ffi::F32>>()
+                                  .Ret<Floats<ffi::F32>>()
+                                  .Ret<Floats<ffi::F32>>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SjLogGradF64, LogGrad<ffi::F64>,
+                              Tables<ffi::F64>()
+                                  .Ret<Floats<ffi::F64>>()
+                                  .Ret<Floats<ffi::F64>>()
+                                  .Ret<Floats<ffi::F64>>());
+// src [N, A] after the tables
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SjTropicalGradF32, TropicalGrad<ffi::F32>,
+                              Tables<ffi::F32>()
+                                  .Arg<Ints>()
+                                  .Ret<Floats<ffi::F32>>()
+                                  .Ret<Floats<ffi::F32>>()
+                                  .Ret<Floats<ffi::F32>>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SjTropicalGradF64, TropicalGrad<ffi::F64>,
+                              Tables<ffi::F64>()
+                                  .Arg<Ints>()
+                                  .Ret<Floats<ffi::F64>>()
+                                  .Ret<Floats<ffi::F64>>()
+                                  .Ret<Floats<ffi::F64>>());

@@ -23,7 +23,12 @@ def scan_only():
 
 
 def both_paths(fn, *args):
-    """fn(*args) with the kernels, then with the scan only, as numpy."""
+    """fn(*args) with the kernels, then with the scan only, as numpy.
+
+    Where the kernels cannot be built (no compiler, or another backend) the
+    first run is the scan too: the per-path checks still test the scan, and
+    `test_kernels.py::test_kernels_are_built_and_used_on_the_cpu` fails on a
+    CPU machine with a compiler whose kernels did not build."""
     with_kernels = jax.tree_util.tree_map(np.asarray, fn(*args))
     with scan_only():
         with_scan = jax.tree_util.tree_map(np.asarray, fn(*args))

@@ -224,6 +224,29 @@ def test_a_library_without_its_digest_is_rebuilt_not_loaded(tmp_path, library, p
     assert (cache / f"{key}-{sha256(library)}.so").read_bytes() == library.read_bytes()
 
 
+def test_a_folder_others_could_rename_is_not_used(tmp_path, library, planted):
+    # Ours and 0700, but inside a folder anyone may write (and not sticky, as
+    # /tmp is): someone could rename it away and put theirs in its place.
+    built, marker = planted
+    compiler = stand_in(tmp_path, library)
+    key = kernels._library_key(str(compiler))
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    cache = shared / "cache"
+    cache.mkdir(mode=0o700)
+    shutil.copy(built, cache / f"{key}-{sha256(built)}.so")
+    out = lines(run({"CXX": compiler, "SEMIRING_JAX_CACHE_DIR": cache}))
+    assert not marker.exists() and out[0] == OFF
+    assert "above" in out[1] and "can be written by others (mode 777)" in out[1]
+    assert calls(tmp_path) == []
+    # The same folder, once its parent is sticky, is used (and built into).
+    (cache / f"{key}-{sha256(built)}.so").unlink()
+    shared.chmod(0o1777)
+    assert lines(run({"CXX": compiler, "SEMIRING_JAX_CACHE_DIR": cache})) == ON
+    assert not marker.exists() and len(calls(tmp_path)) == 1
+
+
 def test_a_truncated_library_is_rebuilt(tmp_path, library):
     compiler = stand_in(tmp_path, library)
     cache = tmp_path / "cache"

@@ -47,7 +47,8 @@ def test_deep_chains_keep_float32_accurate_on_every_path(levels, name):
         # The float32 total is the exact one, rounded (half a spacing).
         assert abs(float(got_total) - total) <= np.spacing(np.float32(total)) / 2 * 1.01
         assert got_posteriors.min() >= 0 and got_posteriors.max() <= 1
-        assert np.abs(got_posteriors - posteriors).max() <= 1e-4
+        # The bound is 1e-4; measured: 5e-7 on the scan, 5e-8 on the kernel.
+        assert np.abs(got_posteriors - posteriors).max() <= 2e-6
 
 
 def test_forward_and_backward_scores_of_a_deep_chain():

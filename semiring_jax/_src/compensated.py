@@ -6,10 +6,16 @@ random walk that reaches ~1e-4 in the posteriors at T = 5,000 frames or
 levels, and at |score| ~ 1e5 (a 30,000-level chain) each step's rounding
 is ~0.004. Carrying each score as an unevaluated sum hi + lo, with the
 rounding error of every addition captured exactly by TwoSum (Knuth),
-removes that walk: the pair holds a score to ~1e-7 of its O(1) part
-however large hi grows (-3e9 after three frames of -1e9 log-probs, or
--1e30 for a masked token), and what remains is the ~1e-7 error of exp and
-log on O(1) numbers.
+removes that walk; what remains is the ~1e-7 error of exp and log on O(1)
+numbers.
+
+A pair is a number of about twice the float's precision (48 bits for
+float32, 106 for float64), relative to its magnitude M: its O(1) part is
+exact while it fits, to ~M * 2^-48 in float32 otherwise (1e-5 at the
+-3.2e9 of three frames of -1e9 log-probs). Sums that hi itself holds
+exactly (two frames of a -1e30 mask: 2^100-scale numbers with few
+significant bits) keep every O(1) part; beyond that, path differences
+below M * 2^-48 are lost, as in any fixed-precision arithmetic.
 
 Pairs are kept normalised (|lo| <= half an ulp of hi), so that comparing
 (hi, lo) lexicographically orders the scores they stand for, and the
@@ -35,6 +41,7 @@ __all__ = [
     "exp_difference",
     "log_sum_columns",
     "log_sum_pair",
+    "log_total",
     "max_pair",
     "times",
     "two_sum",
@@ -99,15 +106,15 @@ def _top(hi: jax.Array, lo: jax.Array, axis: int) -> Pair:
     )
 
 
-def _log_total(total: jax.Array) -> jax.Array:
+def log_total(total: jax.Array) -> jax.Array:
     """log(total): -inf for 0 (with a NaN-free gradient), NaN for NaN."""
     empty = total == 0
     return jnp.where(empty, -jnp.inf, jnp.log(jnp.where(empty, jnp.ones_like(total), total)))
 
 
-def _shifted_log(top: Pair, log_total: jax.Array) -> Pair:
-    """top + log_total as a pair; log_total is O(1), or ±inf / NaN."""
-    hi, error = two_sum(top[0], log_total)
+def _shifted_log(top: Pair, log_of_sum: jax.Array) -> Pair:
+    """top + log_of_sum as a pair; log_of_sum is O(1), or ±inf / NaN."""
+    hi, error = two_sum(top[0], log_of_sum)
     return _normalise(hi, error + top[1])
 
 
@@ -118,7 +125,7 @@ def log_sum_pair(hi: jax.Array, lo: jax.Array, axis: int) -> Pair:
     # hi - top is exact (Sterbenz) for the terms that matter, those within
     # a factor of two of the top; the others are tiny after exp.
     exponent = (hi - jnp.expand_dims(top[0], axis)) + (lo - jnp.expand_dims(top[1], axis))
-    return _shifted_log(top, _log_total(jnp.sum(jnp.exp(exponent), axis=axis)))
+    return _shifted_log(top, log_total(jnp.sum(jnp.exp(exponent), axis=axis)))
 
 
 def log_sum_columns(his: list[jax.Array], los: list[jax.Array]) -> Pair:
@@ -139,7 +146,7 @@ def log_sum_columns(his: list[jax.Array], los: list[jax.Array]) -> Pair:
     total = functools.reduce(
         jnp.add, [jnp.exp((h - top[0]) + (lo - top[1])) for h, lo in zip(his, los)]
     )
-    return _shifted_log(top, _log_total(total))
+    return _shifted_log(top, log_total(total))
 
 
 def max_pair(hi: jax.Array, lo: jax.Array, axis: int) -> tuple[Pair, jax.Array]:

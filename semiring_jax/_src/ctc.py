@@ -489,8 +489,9 @@ def ctc_loss(
     graph, computed without building it. The gradient with respect to
     `log_probs` is minus the per-frame token posteriors (computed from
     normalised forward-backward scores, not by autodiff through the scan):
-    in [-1, 0] and summing to -1 on every frame, at any magnitude of the
-    log-probs; frames past `input_lengths[b]` get exactly 0. Forward mode
+    in [-1, 0] and summing to -1 on every frame, also next to masked
+    log-probs of -1e9 or -1e30 (within the precision of compensated pairs;
+    see docs/conventions.md); frames past `input_lengths[b]` get exactly 0. Forward mode
     (`jax.jvp`, `jax.hessian`) works as well as `jax.grad`.
 
     The value is clamped at 0: rounding can put a certain alignment's

@@ -292,8 +292,8 @@ def total(
     if not (_is_log(semiring) or semiring.argsum is not None):
         return _plain_total(semiring, slots, slot_weight, final_weight, emissions, length)
     # Inside jax.shard_map a graph shared by the batch is replicated while
-    # the emissions vary per device; a custom VJP must return cotangents of
-    # its inputs' own type, so the weights enter it as varying values (and
+    # the emissions vary per device; the custom JVP's rule mixes the two, so
+    # the weights enter it as varying values, as the emissions are (and
     # autodiff of that conversion sums their gradients over devices).
     slot_weight = varying_like(emissions, slot_weight)
     final_weight = varying_like(emissions, final_weight)

@@ -4,8 +4,9 @@ The level scans of `recursions.py` round every score to the float grid at
 every level: on a 30,000-level chain the scores reach ~1e5, where a
 float32's spacing is 0.008, so the totals drift by tens and each state's
 softmax weights by ~1e-3 (arc posteriors of 2.4 came out of such a chain).
-Here the scores are (hi, lo) pairs (`compensated.py`), exact to ~1e-7 of
-their O(1) part at any depth and magnitude, and the LOG gradients are the
+Here the scores are (hi, lo) pairs (`compensated.py`), which keep their
+O(1) part at any depth (to ~1e-7 while |score| < ~1e7), and the LOG
+gradients are the
 posteriors exp(α[src] + w + β[dst] - Z), each formed from pairs on its own:
 their error does not grow with depth, as the product of per-level local
 derivatives does.

@@ -105,7 +105,7 @@ def _emission_grad(
     graph: Fsa, emissions: jax.Array, lengths: jax.Array, semiring: Semiring
 ) -> jax.Array:
     # Utterances are independent, so the gradient of the sum is each one's
-    # own gradient; an all -inf total contributes exactly 0 (dense VJP).
+    # own gradient; an all -inf total contributes exactly 0.
     return jax.grad(lambda e: jnp.sum(dense_tot_score(graph, e, lengths, semiring)))(emissions)
 
 

@@ -96,15 +96,7 @@ def _shifted_exp(x: jax.Array, axis: int) -> tuple[jax.Array, jax.Array]:
 def _log_sum(x: jax.typing.ArrayLike, axis: int) -> jax.Array:
     exps, shift = _shifted_exp(jnp.asarray(x), axis)
     total = jnp.sum(exps, axis=axis, keepdims=True)
-    return jnp.squeeze(_log_total(total) + shift, axis=axis)
-
-
-def _log_total(total: jax.Array) -> jax.Array:
-    # log(0) would make the backward pass multiply inf by 0: take the log of
-    # a safe 1 instead and select -inf with `where`, whose gradient is 0. A
-    # NaN total (a NaN term) stays NaN.
-    empty = total == 0
-    return jnp.where(empty, -jnp.inf, jnp.log(jnp.where(empty, jnp.ones_like(total), total)))
+    return jnp.squeeze(compensated.log_total(total) + shift, axis=axis)
 
 
 def _log_plus(a: jax.typing.ArrayLike, b: jax.typing.ArrayLike) -> jax.Array:
@@ -113,7 +105,7 @@ def _log_plus(a: jax.typing.ArrayLike, b: jax.typing.ArrayLike) -> jax.Array:
     a, b = jnp.asarray(a), jnp.asarray(b)
     shift = jax.lax.stop_gradient(jnp.maximum(a, b))
     shift = jnp.where(jnp.isfinite(shift), shift, jnp.zeros_like(shift))
-    return _log_total(jnp.exp(a - shift) + jnp.exp(b - shift)) + shift
+    return compensated.log_total(jnp.exp(a - shift) + jnp.exp(b - shift)) + shift
 
 
 def _log_sum_grad(x: jax.typing.ArrayLike, total: jax.typing.ArrayLike, axis: int) -> jax.Array:

@@ -72,6 +72,9 @@ def _check_schedule_shapes(fsa: Fsa, fn: str) -> None:
                 f"{fn}: the schedule's {name} has shape {tuple(shape)} but the Fsa has "
                 f"{size} {'arcs' if name in per_arc else 'states'} (a schedule of another Fsa?)"
             )
+    levels, width = schedule.pos_state.shape[-2:]
+    if levels and not width:
+        raise ValueError(f"{fn}: the schedule has {levels} levels of width 0")
     if schedule.pull_end.shape != schedule.pos_state.shape:
         raise ValueError(
             f"{fn}: the schedule's pull_end {tuple(schedule.pull_end.shape)} and pos_state "

@@ -212,10 +212,27 @@ def _check_folder(folder: Path, create: bool = False) -> None:
         folder.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileExistsError):  # ours from before, or planted: checked next
             folder.mkdir(mode=0o700)
-    info = folder.stat()
+    info = folder.lstat()  # a symlink is refused, not followed
     if not stat.S_ISDIR(info.st_mode):
         raise NotADirectoryError(f"{folder} is not a folder")
     _check_private(folder, info)
+    _check_ancestors(folder)
+
+
+def _check_ancestors(folder: Path) -> None:
+    """Raises _Unsafe unless no one else could rename `folder` or a folder
+    above it (and put one of theirs in its place between our check and the
+    load): every ancestor belongs to us or root and is writable by no one
+    else, or is sticky like /tmp (where only an entry's owner renames it)."""
+    if not hasattr(os, "getuid"):
+        return
+    for ancestor in Path(os.path.realpath(folder)).parents:
+        info = ancestor.stat()
+        if info.st_uid not in (0, os.getuid()):
+            raise _Unsafe(f"{ancestor}, above {folder}, belongs to another user")
+        if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+            mode = stat.S_IMODE(info.st_mode)
+            raise _Unsafe(f"{ancestor}, above {folder}, can be written by others (mode {mode:o})")
 
 
 def _open_library(path: Path, digest: str) -> ctypes.CDLL | None:
@@ -243,7 +260,13 @@ def _open_library(path: Path, digest: str) -> ctypes.CDLL | None:
             if hashlib.sha256(file.read()).hexdigest() != digest:
                 _LOG.debug("semiring_jax: %s does not match its digest", path)
                 return None
-        return ctypes.CDLL(str(path))
+        try:
+            return ctypes.CDLL(str(path))
+        except OSError as error:  # sound bytes that no longer load here: rebuild
+            _LOG.debug("semiring_jax: %s does not load (%s); removing it", path, error)
+            with contextlib.suppress(OSError):
+                path.unlink()
+            return None
     finally:
         os.close(fd)
 

@@ -129,22 +129,32 @@ inline Floats8 FastLog8(Floats8 x) { return FastLogV<Floats8, Ints8>(x); }
 // Per-thread scratch, carved into typed arrays. Up to kKeepBytes it is kept
 // between calls (allocating per call costs more than a small recursion);
 // a larger request gets memory of its own, freed with the Workspace, so a
-// thread never holds more than that after one huge input.
+// thread never holds more than that after one huge input. A Workspace made
+// while another lives on the same thread gets memory of its own too, so the
+// two never share (or reallocate under each other) the kept buffer.
 class Workspace {
  public:
   static constexpr size_t kKeepBytes = size_t(32) << 20;
 
   explicit Workspace(size_t bytes) {
     const size_t words = bytes / sizeof(Word) + 1;
-    if (bytes <= kKeepBytes) {
+    if (bytes <= kKeepBytes && !KeptInUse()) {
       thread_local std::vector<Word> kept;
       if (kept.size() < words) kept.resize(words);
       base_ = kept.data();
+      KeptInUse() = holds_kept_ = true;
     } else {
       own_.resize(words);
       base_ = own_.data();
     }
   }
+
+  ~Workspace() {
+    if (holds_kept_) KeptInUse() = false;
+  }
+
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
 
   // `count` entries of U, aligned for any type; callers size the Workspace
   // with Bytes<U>(count) for each array they take.
@@ -163,9 +173,16 @@ class Workspace {
 
  private:
   typedef std::max_align_t Word;
+
+  static bool& KeptInUse() {
+    thread_local bool in_use = false;
+    return in_use;
+  }
+
   std::vector<Word> own_;
   Word* base_ = nullptr;
   size_t used_ = 0;
+  bool holds_kept_ = false;
 };
 
 // -- batches over threads -----------------------------------------------------

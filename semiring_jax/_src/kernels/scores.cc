@@ -78,6 +78,7 @@ ffi::Error GetSizes(const W& weight, const F& final_weight, const I& pos_state, 
   z->width = p.back();
   z->n = LeadingCount(a, 1);
   if (z->num_states < 1) return Fail("no states");
+  if (z->levels > 0 && z->width < 1) return Fail("levels of no width");
   const bool same = LeadingCount(s, 1) == z->n && LeadingCount(p, 2) == z->n &&
                     Shape(pull_end.dimensions()) == Shape(p) &&
                     Shape(pull_arc.dimensions()) == Shape(a) &&

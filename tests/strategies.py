@@ -50,14 +50,13 @@ def as_rows(arcs, transducer=False):
 def padded(fsa):
     """`fsa` (from `acyclic_fsas()` with default sizes) padded to one fixed
     shape: a single compile serves every draw, padding must not change any
-    result, and K = 4 slots per row makes states of degree > 4 use several
-    rows, so the combine step is exercised too."""
+    result, and K = 2 slots per position makes every state of degree > 2
+    use a fan tree of helpers, so the trees are exercised too (the sizes
+    fit every draw: at most 13 steps of 6 and 24 helpers)."""
     from semiring_jax._src.batch import pad_entry
     from semiring_jax._src.host.schedule import ScheduleShape
 
-    shape = ScheduleShape(
-        levels=6, width=6, in_rows=10, max_in=4, in_parts=4, out_rows=10, max_out=4, out_parts=3
-    )
+    shape = ScheduleShape(steps=16, width=6, in_slots=2, out_slots=2, helpers=28)
     return pad_entry(fsa, 6, 12, shape)
 
 

@@ -38,7 +38,7 @@ def _chain(num_states: int, is_acceptor: bool) -> Fsa:
 
 
 def _best_path_one(fsa: Fsa) -> Fsa:
-    levels, _ = fsa.schedule.pos_state.shape
+    levels, _ = fsa.schedule.pos_state.shape  # steps: a bound on the path
     alpha, choices = recursions.forward_positions(
         TROPICAL, fsa.schedule, fsa.weight, with_choice=True
     )
@@ -72,8 +72,9 @@ def _best_path_one(fsa: Fsa) -> Fsa:
 def best_path(fsa: Fsa) -> Fsa:
     """The best path, as a linear Fsa with its arc and final weights.
 
-    The result has L states and L - 1 arc slots, where L is the number of
-    levels of `fsa` (so batched results share one shape); the path's arcs
+    The result has N states and N - 1 arc slots, where N is the number of
+    steps of `fsa`'s schedule (at least its depth plus one; batched results
+    share one shape); the path's arcs
     come first, the rest are padding (`arc_mask` False, weight -inf). Its
     `tot_score` in TROPICAL equals that of `fsa`, and its weights are
     differentiable gathers of the input's. Ties are broken as in

@@ -11,11 +11,11 @@ posteriors exp(α[src] + w + β[dst] - Z), each formed from pairs on its own:
 their error does not grow with depth, as the product of per-level local
 derivatives does.
 
-Positions, rows and the combine tables are those of `recursions.py` and
+Positions and slot tables are those of `recursions.py` and
 `host/schedule.py`: α has P + 2 entries (P: zero, P + 1: one), β has P + 1.
-The TROPICAL choices (each row's slot, each state's row) are the first
-largest pair, as the float recursions choose, so `recursions.trace_back`
-follows them with the same tie rule.
+The TROPICAL choices (each position's slot) are the first largest pair, as
+the float recursions choose, so `recursions.trace_back` follows them with
+the same tie rule.
 """
 
 from __future__ import annotations
@@ -47,47 +47,29 @@ def _reduce(hi: jax.Array, lo: jax.Array, axis: int, tropical: bool) -> tuple[Pa
     return compensated.log_sum_pair(hi, lo, axis), None
 
 
-def _combine(rows: Pair, combine: jax.Array, tropical: bool) -> tuple[Pair, Any]:
-    """Each state's ⊕ of its rows ([R] -> [W]), and TROPICAL's choice [W]."""
-    if combine.shape[-1] == 1 and rows[0].shape[0] == combine.shape[0]:
-        # One row per state: nothing to combine.
-        return rows, jnp.zeros(rows[0].shape, jnp.int32) if tropical else None
-    parts_hi = _append(rows[0], _NEG_INF)[combine]  # [W, C]
-    parts_lo = _append(rows[1], 0.0)[combine]
-    return _reduce(parts_hi, parts_lo, 1, tropical)
-
-
-def forward(
-    schedule: Schedule, weight: ArrayLeaf, *, tropical: bool
-) -> tuple[Pair, tuple[jax.Array, jax.Array] | None]:
+def forward(schedule: Schedule, weight: ArrayLeaf, *, tropical: bool) -> tuple[Pair, Any]:
     """Forward scores α as pairs [P + 2], and for TROPICAL the choices
-    (int32 [L, R] slots, int32 [L, W] rows) that `recursions.trace_back`
-    reads."""
+    (int32 [N, C] slots) that `recursions.trace_back` reads."""
     weight = jnp.asarray(weight)
-    levels, width = schedule.pos_state.shape
-    # Dummy arcs: A has weight zero (padding), A + 1 weight one (start).
-    in_weight = _append(weight, _NEG_INF, 0.0)[schedule.in_arc]  # [L, R, K]
+    steps, width = schedule.pos_state.shape
+    in_weight = recursions.augmented(schedule, weight, _NEG_INF, 0.0)[schedule.in_arc]
 
     def step(alpha: Pair, xs: tuple[jax.Array, Any]) -> tuple[Pair, Any]:
-        level, (in_src_pos, in_weight_level, combine) = xs
-        entering = compensated.add(alpha[0][in_src_pos], alpha[1][in_src_pos], in_weight_level)
-        rows, row_choice = _reduce(*entering, 1, tropical)  # [R]
-        new, part_choice = _combine(rows, combine, tropical)  # [W]
-        start = (level * width,)
+        index, (in_src_pos, in_weight_step) = xs
+        entering = compensated.add(alpha[0][in_src_pos], alpha[1][in_src_pos], in_weight_step)
+        new, choice = _reduce(*entering, 1, tropical)  # [C]
+        start = (index * width,)
         alpha = (
             jax.lax.dynamic_update_slice(alpha[0], new[0], start),
             jax.lax.dynamic_update_slice(alpha[1], new[1], start),
         )
-        return alpha, (row_choice, part_choice) if tropical else None
+        return alpha, choice
 
-    hi = _append(jnp.full((levels * width,), _NEG_INF, weight.dtype), _NEG_INF, 0.0)
+    hi = _append(jnp.full((steps * width,), _NEG_INF, weight.dtype), _NEG_INF, 0.0)
     alpha, choices = jax.lax.scan(
         step,
         (hi, jnp.zeros_like(hi)),
-        (
-            jnp.arange(levels, dtype=jnp.int32),
-            (schedule.in_src_pos, in_weight, schedule.in_combine),
-        ),
+        (jnp.arange(steps, dtype=jnp.int32), (schedule.in_src_pos, in_weight)),
     )
     return alpha, choices
 
@@ -97,33 +79,29 @@ def backward(
 ) -> Pair:
     """Backward scores β (final weights included) as pairs [P + 1]."""
     weight = jnp.asarray(weight)
-    levels, width = schedule.pos_state.shape
-    out_weight = _append(weight, _NEG_INF)[schedule.out_arc]  # [L, R, K_out]
-    final = _append(final_weight, _NEG_INF)[schedule.pos_state]  # [L, W]
+    steps, width = schedule.pos_state.shape
+    out_weight = recursions.augmented(schedule, weight, _NEG_INF, 0.0)[schedule.out_arc]
+    final = _append(final_weight, _NEG_INF)[schedule.pos_state]  # [N, C]
 
     def step(beta: Pair, xs: tuple[jax.Array, Any]) -> tuple[Pair, None]:
-        level, (out_dst_pos, out_weight_level, combine, final_level) = xs
-        leaving = compensated.add(beta[0][out_dst_pos], beta[1][out_dst_pos], out_weight_level)
-        rows, _ = _reduce(*leaving, 1, tropical)
-        onward, _ = _combine(rows, combine, tropical)
-        both_hi = jnp.stack([final_level, onward[0]], axis=1)
-        both_lo = jnp.stack([jnp.zeros_like(final_level), onward[1]], axis=1)
-        new, _ = _reduce(both_hi, both_lo, 1, tropical)
-        start = (level * width,)
+        index, (out_dst_pos, out_weight_step, final_step) = xs
+        leaving = compensated.add(beta[0][out_dst_pos], beta[1][out_dst_pos], out_weight_step)
+        # The final weight is one more term of each position's ⊕.
+        terms_hi = jnp.concatenate([final_step[:, None], leaving[0]], axis=1)
+        terms_lo = jnp.concatenate([jnp.zeros_like(final_step)[:, None], leaving[1]], axis=1)
+        new, _ = _reduce(terms_hi, terms_lo, 1, tropical)
+        start = (index * width,)
         beta = (
             jax.lax.dynamic_update_slice(beta[0], new[0], start),
             jax.lax.dynamic_update_slice(beta[1], new[1], start),
         )
         return beta, None
 
-    hi = jnp.full((levels * width + 1,), _NEG_INF, weight.dtype)
+    hi = jnp.full((steps * width + 1,), _NEG_INF, weight.dtype)
     beta, _ = jax.lax.scan(
         step,
         (hi, jnp.zeros_like(hi)),
-        (
-            jnp.arange(levels, dtype=jnp.int32),
-            (schedule.out_dst_pos, out_weight, schedule.out_combine, final),
-        ),
+        (jnp.arange(steps, dtype=jnp.int32), (schedule.out_dst_pos, out_weight, final)),
         reverse=True,
     )
     return beta

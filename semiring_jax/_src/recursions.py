@@ -1,10 +1,10 @@
 """Level-scheduled score recursions of one unbatched, acyclic Fsa (traced).
 
-Scores live on the schedule's flat grid of P = L * W positions, followed by
+Scores live on the schedule's flat grid of P = N * C positions, followed by
 two dummy positions: P holds the semiring's zero and P + 1 its one (see
-host/schedule.py). Each recursion is one `lax.scan` over the L levels; a
-step gathers the scores of a level's arc ends (pull style, no scatter) and
-writes the level's W new scores with a `dynamic_update_slice`.
+host/schedule.py). Each recursion is one `lax.scan` over the N steps; a
+step gathers the scores at its positions' arc ends (pull style, no
+scatter) and writes its C new scores with a `dynamic_update_slice`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from semiring_jax._src.schedule import Schedule
 from semiring_jax._src.semiring import Semiring
 
 __all__ = [
+    "augmented",
     "backward_positions",
     "best_path_arcs",
     "endings",
@@ -34,26 +35,24 @@ def _append(values: ArrayLeaf, *fills: float) -> jax.Array:
     return jnp.concatenate([values, jnp.asarray(fills, values.dtype)])
 
 
-# A level step: (carry [N], (level, per-level tables)) -> (new carry, saved).
-LevelStep = Callable[[jax.Array, tuple[jax.Array, Any]], tuple[jax.Array, Any]]
+def augmented(schedule: Schedule, values: ArrayLeaf, zero: float, one: float) -> jax.Array:
+    """Per-arc `values` [A] extended to the schedule's augmented arcs
+    [A + 2 + H]: `zero` for the dummy arc A, `one` for the start's
+    pseudo-arc A + 1 and for every helper arc."""
+    values = jnp.asarray(values)
+    helpers = schedule.helper_grad_index.shape[-1]
+    return jnp.concatenate(
+        [values, jnp.asarray([zero, one], values.dtype), jnp.full((helpers,), one, values.dtype)]
+    )
 
 
-def _level_scan(
-    step: LevelStep, init: jax.Array, xs: Any, *, reverse: bool
-) -> tuple[jax.Array, Any]:
-    levels = jax.tree_util.tree_leaves(xs)[0].shape[0]
-    return jax.lax.scan(step, init, (jnp.arange(levels, dtype=jnp.int32), xs), reverse=reverse)
+# A step: (carry [N], (step, per-step tables)) -> (new carry, saved).
+StepFn = Callable[[jax.Array, tuple[jax.Array, Any]], tuple[jax.Array, Any]]
 
 
-def _combine(
-    reduce: Callable[..., jax.Array], zero: float, row_values: jax.Array, combine: jax.Array
-) -> tuple[jax.Array, jax.Array | None]:
-    """`reduce` of each state's rows: [R] -> [W], and the [W, C] parts (or
-    None); empty combine slots read `zero`."""
-    if combine.shape[-1] == 1 and row_values.shape[0] == combine.shape[0]:
-        return row_values, None  # one row per state: nothing to combine
-    parts = _append(row_values, zero)[combine]  # [W, C]
-    return reduce(parts, axis=1), parts
+def _step_scan(step: StepFn, init: Any, xs: Any, *, reverse: bool) -> tuple[Any, Any]:
+    steps = jax.tree_util.tree_leaves(xs)[0].shape[0]
+    return jax.lax.scan(step, init, (jnp.arange(steps, dtype=jnp.int32), xs), reverse=reverse)
 
 
 def endings(
@@ -77,49 +76,35 @@ def forward_positions(
       semiring: the semiring.
       schedule: the tables of an unbatched Fsa.
       weight: float [A].
-      with_local: also return each in-arc slot's local derivative (by
+      with_local: also return each in-slot's local derivative (by
         `semiring.sum_grad`, which it needs), for `path_gradients`.
       with_choice: also return what ⊕ chose (by `semiring.argsum`, which it
-        needs): each row's slot and each state's row, for `best_path_arcs`.
+        needs): each position's slot, for `best_path_arcs`.
     Returns:
       α, float [P + 2] (entries P, P + 1 are zero and one), and the saved
-      derivatives, float [L, R, K]; or the choices, (int32 [L, R], int32
-      [L, W]); or None.
+      derivatives, float [N, C, K_in]; or the choices, int32 [N, C]; or None.
     """
-    levels, width = schedule.pos_state.shape
-    # Dummy arcs: A has weight zero (padding), A + 1 weight one (start).
-    in_weight = _append(weight, semiring.zero, semiring.one)[schedule.in_arc]  # [L, R, K]
+    steps, width = schedule.pos_state.shape
+    in_weight = augmented(schedule, weight, semiring.zero, semiring.one)[schedule.in_arc]
 
     def step(alpha: jax.Array, xs: tuple[jax.Array, Any]) -> tuple[jax.Array, Any]:
-        level, (in_src_pos, in_weight_level, combine, row_part) = xs
-        entering = semiring.times(alpha[in_src_pos], in_weight_level)  # [R, K]
-        rows = semiring.sum(entering, axis=1)
-        new, parts = _combine(semiring.sum, semiring.zero, rows, combine)
+        index, (in_src_pos, in_weight_step) = xs
+        entering = semiring.times(alpha[in_src_pos], in_weight_step)  # [C, K]
+        new = semiring.sum(entering, axis=1)
         saved: Any = None
         if with_local:
             sum_grad = semiring.sum_grad
             assert sum_grad is not None  # with_local needs it (see Args)
-            saved = sum_grad(entering, rows, axis=1)
-            if parts is not None:  # chain rule through the combine step
-                part_local = sum_grad(parts, new, axis=1).reshape(-1)
-                saved = saved * _append(part_local, 0)[row_part][:, None]
+            saved = sum_grad(entering, new, axis=1)
         if with_choice:
             argsum = semiring.argsum
             assert argsum is not None  # with_choice needs it (see Args)
-            part_choice = (
-                jnp.zeros(new.shape, jnp.int32) if parts is None else argsum(parts, new, axis=1)
-            )
-            saved = argsum(entering, rows, axis=1), part_choice
-        return jax.lax.dynamic_update_slice(alpha, new, (level * width,)), saved
+            saved = argsum(entering, new, axis=1)
+        return jax.lax.dynamic_update_slice(alpha, new, (index * width,)), saved
 
-    alpha = jnp.full((levels * width,), semiring.zero, weight.dtype)
+    alpha = jnp.full((steps * width,), semiring.zero, jnp.asarray(weight).dtype)
     alpha = _append(alpha, semiring.zero, semiring.one)
-    return _level_scan(
-        step,
-        alpha,
-        (schedule.in_src_pos, in_weight, schedule.in_combine, schedule.in_row_part),
-        reverse=False,
-    )
+    return _step_scan(step, alpha, (schedule.in_src_pos, in_weight), reverse=False)
 
 
 def backward_positions(
@@ -130,21 +115,18 @@ def backward_positions(
     Returns:
       float [P + 1]; entry P (the dummy) is `zero`.
     """
-    levels, width = schedule.pos_state.shape
-    out_weight = _append(weight, semiring.zero)[schedule.out_arc]  # [L, R, K_out]
-    final = _append(final_weight, semiring.zero)[schedule.pos_state]  # [L, W]
+    steps, width = schedule.pos_state.shape
+    out_weight = augmented(schedule, weight, semiring.zero, semiring.one)[schedule.out_arc]
+    final = _append(jnp.asarray(final_weight), semiring.zero)[schedule.pos_state]  # [N, C]
 
     def step(beta: jax.Array, xs: tuple[jax.Array, Any]) -> tuple[jax.Array, None]:
-        level, (out_dst_pos, out_weight_level, combine, final_level) = xs
-        leaving = semiring.times(out_weight_level, beta[out_dst_pos])  # [R, K_out]
-        rows = semiring.sum(leaving, axis=1)
-        new = semiring.plus(final_level, _combine(semiring.sum, semiring.zero, rows, combine)[0])
-        return jax.lax.dynamic_update_slice(beta, new, (level * width,)), None
+        index, (out_dst_pos, out_weight_step, final_step) = xs
+        leaving = semiring.times(out_weight_step, beta[out_dst_pos])  # [C, K_out]
+        new = semiring.plus(final_step, semiring.sum(leaving, axis=1))
+        return jax.lax.dynamic_update_slice(beta, new, (index * width,)), None
 
-    beta = jnp.full((levels * width + 1,), semiring.zero, weight.dtype)
-    beta, _ = _level_scan(
-        step, beta, (schedule.out_dst_pos, out_weight, schedule.out_combine, final), reverse=True
-    )
+    beta = jnp.full((steps * width + 1,), semiring.zero, jnp.asarray(weight).dtype)
+    beta, _ = _step_scan(step, beta, (schedule.out_dst_pos, out_weight, final), reverse=True)
     return beta
 
 
@@ -159,8 +141,9 @@ def path_gradients(
 
     Reverse-mode differentiation of the forward recursion with each step's
     local derivative given by `semiring.sum_grad` (softmax for LOG, the
-    first-maximum indicator for TROPICAL), run as its own level scan over
-    outgoing arcs. Valid when ⊗ is addition. The adjoint of a position is
+    first-maximum indicator for TROPICAL), run as its own scan over
+    outgoing arcs (helper arcs included: their local derivatives chain a
+    fan tree's). Valid when ⊗ is addition. The adjoint of a position is
     the probability (LOG) or the indicator (TROPICAL) that the chosen paths
     pass through it, a number in [0, 1], so no large scores are
     exponentiated here.
@@ -178,27 +161,26 @@ def path_gradients(
     Returns:
       (float [A], float [S]).
     """
-    levels, width = schedule.pos_state.shape
-    arc_local = _append(local.reshape(-1), 0)[schedule.arc_grad_index]  # [A]
+    steps, width = schedule.pos_state.shape
+    flat_local = _append(local.reshape(-1), 0)
+    arc_local = flat_local[schedule.arc_grad_index]  # [A]
+    helper_local = flat_local[schedule.helper_grad_index]  # [H]
+    zeros = jnp.zeros(2, arc_local.dtype)  # the dummy arc and the pseudo-arc
+    out_local = jnp.concatenate([arc_local, zeros, helper_local])[schedule.out_arc]
     # Over states, not positions, so that TROPICAL ties go to the lowest state.
     ending = endings(semiring, schedule, alpha, final_weight)
     assert semiring.sum_grad is not None  # see Args
     final_local = semiring.sum_grad(ending, semiring.sum(ending, axis=0), axis=0)
-    final_local_grid = _append(final_local, 0)[schedule.pos_state]  # [L, W]
-    out_local = _append(arc_local, 0)[schedule.out_arc]  # [L, R, K_out]
+    final_local_grid = _append(final_local, 0)[schedule.pos_state]  # [N, C]
 
     def step(adjoint: jax.Array, xs: tuple[jax.Array, Any]) -> tuple[jax.Array, None]:
-        level, (out_dst_pos, out_local_level, combine, final_level) = xs
-        rows = jnp.sum(adjoint[out_dst_pos] * out_local_level, axis=1)  # [R]
-        new = final_level + _combine(jnp.sum, 0, rows, combine)[0]
-        return jax.lax.dynamic_update_slice(adjoint, new, (level * width,)), None
+        index, (out_dst_pos, out_local_step, final_step) = xs
+        new = final_step + jnp.sum(adjoint[out_dst_pos] * out_local_step, axis=1)  # [C]
+        return jax.lax.dynamic_update_slice(adjoint, new, (index * width,)), None
 
-    adjoint = jnp.zeros((levels * width + 1,), final_weight.dtype)
-    adjoint, _ = _level_scan(
-        step,
-        adjoint,
-        (schedule.out_dst_pos, out_local, schedule.out_combine, final_local_grid),
-        reverse=True,
+    adjoint = jnp.zeros((steps * width + 1,), final_weight.dtype)
+    adjoint, _ = _step_scan(
+        step, adjoint, (schedule.out_dst_pos, out_local, final_local_grid), reverse=True
     )
     return adjoint[schedule.arc_dst_pos] * arc_local, final_local
 
@@ -208,7 +190,7 @@ def best_path_arcs(
     schedule: Schedule,
     final_weight: ArrayLeaf,
     alpha: jax.Array,
-    choices: tuple[jax.Array, jax.Array],
+    choices: jax.Array,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The path that ⊕ chose, traced back through the saved choices.
 
@@ -223,7 +205,7 @@ def best_path_arcs(
       final_weight: float [S].
       alpha, choices: `forward_positions(..., with_choice=True)`.
     Returns:
-      The path's arcs, int32 [L], last arc first, then A (none) in the
+      The path's arcs, int32 [N], last arc first, then A (none) in the
       slots past its start; the chosen final state, int32 []; and whether a
       path succeeds, bool [].
     """
@@ -237,37 +219,36 @@ def best_path_arcs(
 
 
 def trace_back(
-    schedule: Schedule,
-    choices: tuple[jax.Array, jax.Array],
-    final_state: jax.Array,
-    found: jax.Array,
+    schedule: Schedule, choices: jax.Array, final_state: jax.Array, found: jax.Array
 ) -> jax.Array:
-    """The arcs of the path that ⊕ chose, from `final_state` back to the start.
+    """The real arcs of the path that ⊕ chose, from `final_state` back to
+    the start (through the helper arcs of fan trees, which are left out).
 
     Args:
       schedule: the tables of an unbatched Fsa.
-      choices: each row's chosen slot, int32 [L, R], and each state's chosen
-        row, int32 [L, W] (`forward_positions(..., with_choice=True)`).
+      choices: int32 [N, C], each position's chosen slot
+        (`forward_positions(..., with_choice=True)`).
       final_state: int32 [], where the path ends.
       found: bool [], whether a path succeeds (none is traced otherwise).
     Returns:
-      int32 [L]: the path's arcs, last arc first, then A (none).
+      int32 [N]: the path's arcs, last arc first, then A (none).
     """
-    levels, width = schedule.pos_state.shape
+    steps, width = schedule.pos_state.shape
     num_arcs = schedule.arc_src_pos.shape[0]
-    row_choice, part_choice = choices
 
     def step(
         carry: tuple[jax.Array, jax.Array], _: None
     ) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
         position, walking = carry
-        level, rank = position // width, position % width
-        row = schedule.in_combine[level, rank, part_choice[level, rank]]
-        slot = row_choice[level, row]
-        arc = schedule.in_arc[level, row, slot]
-        walking = walking & (arc < num_arcs)  # arc A + 1 is the start
-        return (schedule.in_src_pos[level, row, slot], walking), jnp.where(walking, arc, num_arcs)
+        index, rank = position // width, position % width
+        slot = choices[index, rank]
+        arc = schedule.in_arc[index, rank, slot]
+        # A (none) and A + 1 (the start) end the walk; helper arcs go on.
+        walking = walking & (arc != num_arcs) & (arc != num_arcs + 1)
+        real = jnp.where(walking & (arc < num_arcs), arc, num_arcs)
+        return (schedule.in_src_pos[index, rank, slot], walking), real
 
     start = (schedule.state_pos[final_state], found)
-    _, arcs = jax.lax.scan(step, start, None, length=levels)
-    return arcs
+    _, arcs = jax.lax.scan(step, start, None, length=steps)
+    # The real arcs first, in the order walked.
+    return arcs[jnp.argsort(arcs >= num_arcs, stable=True)]

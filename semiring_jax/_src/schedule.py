@@ -22,50 +22,65 @@ __all__ = ["Schedule"]
 class Schedule:
     """Index tables of the level schedule (see `host/schedule.py`).
 
-    Positions live in an [L, W] grid flattened to P = L * W, followed by the
-    dummy positions P (zero) and P + 1 (one). A state's arcs sit in rows of
-    K slots; R rows per level, at most C rows per state.
+    Positions live in N steps of C, flattened to P = N * C, followed by the
+    dummy positions P (zero) and P + 1 (one). Each position pulls through K
+    slots (K_in incoming, K_out outgoing). Arc ids in the slot tables are
+    *augmented*: a real arc's own index, A (the dummy, weight zero), A + 1
+    (the start's pseudo-arc, weight one) and A + 2 + h (helper arc h of a
+    fan tree, weight one).
 
     Attributes:
-      state_pos: int32 [S], the grid position of each state (P if none).
-      pos_state: int32 [L, W], the state at each position (S if padding).
-      in_arc, in_src_pos: int32 [L, R, K], incoming arcs in arc-index order
+      state_pos: int32 [S], the position of each state (P if none).
+      pos_state: int32 [N, C], the state at each position (S for a helper
+        or padding).
+      in_arc, in_src_pos: int32 [N, C, K_in], incoming arcs in slot order
         and their source positions (padding: arc A and position P; the
         start's pseudo-arc: arc A + 1 from position P + 1).
-      in_combine: int32 [L, W, C], each state's rows (R for none).
-      in_row_part: int32 [L, R], each row's index in a flattened [W, C].
-      out_arc, out_dst_pos, out_combine: the same for outgoing arcs.
-      arc_src_pos, arc_dst_pos: int32 [A], positions of each arc's ends.
+      out_arc, out_dst_pos: int32 [N, C, K_out], the same for outgoing arcs.
+      arc_src_pos, arc_dst_pos: int32 [A], the positions at each real arc's
+        ends (a helper's, where a fan tree stands between the arc and its
+        state; P for padding arcs).
       arc_grad_index: int32 [A], each arc's index in the flattened in-table
-        (L * R * K for padding arcs).
+        (N * C * K_in for padding arcs); helper_grad_index: int32 [H], the
+        same for the helper arcs.
       real_sizes: int32 [2], the states and arcs before batch padding.
       pull_arc, pull_src: int32 [A], the real arcs grouped by destination
         position (then arc index), then the padding arcs; and their source
-        states. pull_end: int32 [L, W], where each position's arcs end in
+        states. pull_end: int32 [N, C], where each position's arcs end in
         that order. Read by the compiled CPU kernels (`kernels/scores.cc`).
-      state_in_arcs, state_out_arcs: int32 [S, K], each state's incoming
-        and outgoing real arcs in arc order, padded with A; built for cyclic
-        FSAs too, for dense intersection (`host/arc_tables.py`).
+      dense_in_arc: int32 [S + E, K], the real arcs grouped by destination
+        in rows of K slots, in arc order (A for padding): row s < S is state
+        s's first row, rows S.. the further rows of states with more than K.
+      dense_in_leaf: int32 [G, F^L], the rows at the leaves of the trees
+        (fan-in F = max(K, 2)) that combine such states' rows (S + E for
+        padding); dense_in_top: int32 [S], each such state's node in the
+        tree levels laid end to end (their total size for other states).
+      dense_out_slot, dense_out_leaf, dense_out_top: the same for the arcs
+        grouped by source, each slot naming the arc's slot in the flattened
+        `dense_in_arc` ((S + E) * K for padding). Built for cyclic FSAs too,
+        for dense intersection (`host/arc_tables.py`).
     """
 
     state_pos: ArrayLeaf
     pos_state: ArrayLeaf
     in_arc: ArrayLeaf
     in_src_pos: ArrayLeaf
-    in_combine: ArrayLeaf
-    in_row_part: ArrayLeaf
     out_arc: ArrayLeaf
     out_dst_pos: ArrayLeaf
-    out_combine: ArrayLeaf
     arc_src_pos: ArrayLeaf
     arc_dst_pos: ArrayLeaf
     arc_grad_index: ArrayLeaf
+    helper_grad_index: ArrayLeaf
     real_sizes: ArrayLeaf
     pull_arc: ArrayLeaf
     pull_src: ArrayLeaf
     pull_end: ArrayLeaf
-    state_in_arcs: ArrayLeaf
-    state_out_arcs: ArrayLeaf
+    dense_in_arc: ArrayLeaf
+    dense_in_leaf: ArrayLeaf
+    dense_in_top: ArrayLeaf
+    dense_out_slot: ArrayLeaf
+    dense_out_leaf: ArrayLeaf
+    dense_out_top: ArrayLeaf
 
 
 jax.tree_util.register_dataclass(

@@ -1,5 +1,6 @@
 """dense_tot_score and viterbi_decode against brute-force path enumeration."""
 
+import dataclasses
 import math
 
 import chex
@@ -12,8 +13,9 @@ from hypothesis import strategies as st
 from jax.test_util import check_grads
 
 import semiring_jax as sj
-from semiring_jax._src.algorithms import placeholder
-from semiring_jax._src.batch import _widen_arc_tables, _without_schedule, pad_entry
+from semiring_jax._src.batch import pad_entry
+from semiring_jax._src.host import arc_tables
+from semiring_jax._src.host import schedule as host_schedule
 from tests import oracles
 from tests.strategies import as_rows, dense_graphs
 
@@ -29,11 +31,28 @@ def build(data, dtype):
     return sj.Fsa.from_arcs(as_rows(arcs), final, num_states=num_states, dtype=dtype)
 
 
+# Two slots a row, whatever the graph: states with 3 to 8 arcs take 2 to 4
+# rows, which trees of fan-in 2 combine (at most 3 further rows, 8 leaves
+# in blocks of 2 or 4, 2 levels, for 8 arcs).
+FIXED_DENSE = arc_tables.DenseShape(2, 2, 4, 8, 2, 8, 2, 2, 4, 8, 2, 8)
+
+
 def fixed_shape(fsa):
-    """One shape for every draw (4 states, 8 arcs, 8 slots), so that a single
-    compile serves them all; padding must not change any result."""
-    entry = _without_schedule(pad_entry(fsa, 4, 8, None))
-    return _widen_arc_tables(entry, 8, 8)
+    """One shape for every draw (4 states, 8 arcs, `FIXED_DENSE`, no level
+    tables), so that a single compile serves them all; padding must not
+    change any result."""
+    entry = pad_entry(fsa, 4, 8, None)
+    structure = (np.asarray(field) for field in (entry.src, entry.dst, entry.arc_mask))
+    tables = dict(
+        host_schedule.empty_schedule_arrays(4, 8),
+        **arc_tables.build_dense_tables(4, *structure, shape=FIXED_DENSE),
+    )
+    return dataclasses.replace(
+        entry,
+        schedule=dataclasses.replace(entry.schedule, **tables),
+        cycle=(),
+        shapes=entry.shapes._replace(schedule=None, dense=FIXED_DENSE),
+    )
 
 
 EMISSIONS = st.lists(
@@ -297,11 +316,6 @@ def test_bad_input_is_named():
         sj.dense_tot_score(graph, emissions[:, :, :2])
     with pytest.raises(ValueError, match="float32 but emissions are float64"):
         sj.dense_tot_score(graph, emissions.astype(jnp.float64))
-    # Internal graphs built without the per-state arc tables are refused.
-    bare = placeholder(2, [0], [1], [2], [2], np.float32, True, dense_tables=False)
-    assert bare.schedule.state_in_arcs.shape == (2, 0)
-    with pytest.raises(ValueError, match="without the per-state arc tables"):
-        sj.dense_tot_score(bare, emissions)
 
 
 def test_python_lists_and_tuples_are_accepted():
@@ -352,7 +366,7 @@ def test_wide_graph_matches_brute_force_and_autodiff():
     arcs = [(s, d, label, label, w) for s, d, label, _, w in arcs]
     data = (3, arcs, {1: 0.0, 2: -1.0})
     graph = build(data, np.float64)
-    assert graph.schedule.state_in_arcs.shape[1] > 8
+    assert graph.schedule.dense_in_arc.shape[1] > 8
     emissions = jnp.asarray(rng.normal(size=(2, 4, 3)))
     lengths = np.array([4, 2])
     for name in ("log", "tropical"):
@@ -435,3 +449,252 @@ def test_dense_forward_mode_matches_reverse_mode():
         flat = np.asarray(hessian).reshape(emissions.size, emissions.size)
         np.testing.assert_allclose(flat, flat.T, atol=1e-12)
     check_grads(lambda e: total(e, weight), (emissions,), order=1, modes=("fwd",))
+
+
+# -- states with many arcs: rows of K slots and trees over rows ---------------------
+
+
+def with_dense_slots(fsa, slots, fans=None):
+    """`fsa` with its dense tables rebuilt at (K incoming, K outgoing) slots
+    a row and trees of (F, F) fan-in (None: the cheapest), so that small
+    graphs get trees too."""
+    structure = [np.asarray(field) for field in (fsa.src, fsa.dst, fsa.arc_mask)]
+    shape = arc_tables.dense_shape(fsa.num_states, *structure, slots=slots, fans=fans)
+    tables = arc_tables.build_dense_tables(fsa.num_states, *structure, shape=shape)
+    return dataclasses.replace(
+        fsa,
+        schedule=dataclasses.replace(fsa.schedule, **tables),
+        shapes=fsa.shapes._replace(dense=shape),
+    )
+
+
+def _hub_data(seed):
+    """3 states: 10 arcs 0 -> 1, 6 arcs 2 -> 1, and a few more, so that state
+    0 has 14 outgoing arcs and state 1 up to 18 incoming ones."""
+    rng = np.random.default_rng(seed)
+    ends = [(0, 1)] * 10 + [(2, 1)] * 6 + [(0, 2)] * 4 + [(1, 1), (1, 2), (2, 0), (1, 1)]
+    order = rng.permutation(len(ends))  # hubs' arcs spread over the arc order
+    arcs = []
+    for i in order:
+        label = int(rng.integers(3))
+        arcs.append((*ends[i], label, label, float(rng.normal())))
+    return 3, arcs, {1: 0.0, 2: -0.5}
+
+
+@pytest.mark.parametrize(
+    ("slots", "fans"),
+    [((1, 1), (2, 2)), ((1, 1), None), ((2, 3), (3, 2)), ((4, 16), None), (None, None)],
+)
+def test_high_degree_states_match_brute_force(slots, fans):
+    data = _hub_data(7)
+    graph = with_dense_slots(build(data, np.float64), slots, fans)
+    if slots is not None:  # trees where a state has more than K arcs
+        assert graph.schedule.dense_in_leaf.size > 0
+        assert (graph.schedule.dense_out_leaf.size > 0) == (slots[1] < 14)
+    rng = np.random.default_rng(8)
+    emissions = jnp.asarray(rng.normal(size=(2, 4, 3)))
+    lengths = np.array([4, 2])
+    _, arcs, final = data
+    for name in ("log", "tropical"):
+        got = sj.dense_tot_score(graph, emissions, lengths, SEMIRINGS[name])
+        want = [
+            oracles.brute_dense_tot_score(arcs, final, np.asarray(emissions[b]), lengths[b], name)
+            for b in range(2)
+        ]
+        np.testing.assert_allclose(got, want, rtol=1e-10)
+    got = jax.grad(lambda e: sj.dense_tot_score(graph, e, lengths)[0])(emissions)
+    want = jax.grad(lambda e: _reference_total(data, e[0], 4))(emissions)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    labels, scores = sj.viterbi_decode(graph, emissions, lengths)
+    for b in range(2):
+        decoded, best = oracles.brute_dense_best(arcs, final, np.asarray(emissions[b]), lengths[b])
+        np.testing.assert_allclose(scores[b], best, rtol=1e-10)
+        assert tuple(np.asarray(labels[b, : lengths[b]]).tolist()) == decoded  # no ties here
+    occupancy = np.asarray(sj.dense_occupancy(graph, emissions, lengths, over="states"))
+    for b in range(2):
+        np.testing.assert_allclose(occupancy[b, : lengths[b]].sum(axis=1), 1.0, rtol=1e-10)
+        assert not occupancy[b, lengths[b] :].any()
+
+
+def test_high_degree_weight_gradients_match_autodiff():
+    data = _hub_data(9)
+    graph = with_dense_slots(build(data, np.float64), (2, 2))
+    emissions = jnp.asarray(np.random.default_rng(10).normal(size=(2, 3, 3)))
+    for semiring in (sj.LOG, sj.TROPICAL):
+        check_grads(
+            lambda e, w, f: sj.dense_tot_score(
+                graph.replace(weight=w, final_weight=f), e, None, semiring
+            ),
+            (emissions, graph.weight, graph.final_weight),
+            order=1,
+            modes=("rev",),
+        )
+
+
+@pytest.mark.parametrize(
+    ("slots", "fans"),
+    [((1, 1), (2, 2)), ((3, 1), (3, 2)), ((1, 1), None), ((4, 4), None), (None, None)],
+)
+def test_tropical_ties_go_to_the_lowest_numbered_arc_across_rows(slots, fans):
+    # Ten parallel arcs 0 -> 1, labels 9..0; arcs 4, 7 and 9 tie for best.
+    weights = [-1.0, -2.0, -1.0, -3.0, 0.0, -1.0, -0.5, 0.0, -4.0, 0.0]
+    arcs = [(0, 1, 9 - i, w) for i, w in enumerate(weights)]
+    graph = with_dense_slots(
+        sj.Fsa.from_arcs(arcs, final=[1], num_states=2, dtype=np.float64), slots, fans
+    )
+    emissions = jnp.zeros((1, 1, 10))
+    labels, scores = sj.viterbi_decode(graph, emissions)
+    np.testing.assert_array_equal(labels, [[5]])  # arc 4
+    np.testing.assert_array_equal(scores, [0.0])
+    weight_grad = jax.grad(
+        lambda w: sj.dense_tot_score(graph.replace(weight=w), emissions, None, sj.TROPICAL)[0]
+    )(graph.weight)
+    np.testing.assert_array_equal(weight_grad, np.eye(10)[4])
+    occupancy = sj.dense_occupancy(graph, emissions, semiring=sj.TROPICAL)
+    np.testing.assert_array_equal(occupancy[0, 0], np.eye(10)[5])
+
+
+def test_batch_of_hub_and_plain_graphs_equals_one_by_one():
+    hub = build(_hub_data(11), np.float64)
+    plain = build(
+        (
+            3,
+            [(0, 1, 1, 1, 0.2), (1, 2, 2, 2, -0.1), (2, 0, 0, 0, 0.0), (1, 1, 0, 0, 0.3)],
+            {2: 0.0},
+        ),
+        np.float64,
+    )
+    batch = sj.stack([hub, plain])
+    emissions = jnp.asarray(np.random.default_rng(12).normal(size=(2, 4, 3)))
+    lengths = np.array([4, 3])
+    for semiring in (sj.LOG, sj.TROPICAL):
+        loss = lambda e, w: sj.dense_tot_score(batch.replace(weight=w), e, lengths, semiring).sum()
+        value, (grad_e, grad_w) = jax.value_and_grad(loss, argnums=(0, 1))(emissions, batch.weight)
+        total = 0.0
+        for b, graph in enumerate([hub, plain]):
+            one = lambda e, w: sj.dense_tot_score(
+                graph.replace(weight=w), e[None], lengths[b : b + 1], semiring
+            )[0]
+            v, (ge, gw) = jax.value_and_grad(one, argnums=(0, 1))(emissions[b], graph.weight)
+            total += v
+            np.testing.assert_allclose(grad_e[b], ge, rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(grad_w[b, : graph.num_arcs], gw, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(value, total, rtol=1e-10)
+    labels, _ = sj.viterbi_decode(batch, emissions, lengths)
+    for b, graph in enumerate([hub, plain]):
+        one, _ = sj.viterbi_decode(graph, emissions[b : b + 1], lengths[b : b + 1])
+        np.testing.assert_array_equal(labels[b], one[0])
+
+
+def _best_arcs_through_tables(tables, num_states, num_arcs, values, side):
+    """(best value, its arc) per state, by the tables alone: ⊕ = max over
+    each row's slots, then up the trees, keeping the first maximum."""
+    if side == "in":
+        rows = tables["dense_in_arc"]
+    else:
+        rows = np.append(tables["dense_in_arc"].reshape(-1), num_arcs)[tables["dense_out_slot"]]
+    values = np.append(values, -np.inf)
+    fan = tables[f"dense_{side}_leaf"].shape[2]
+    choice = values[rows].argmax(axis=1)
+    row_value, row_arc = values[rows].max(axis=1), rows[np.arange(rows.shape[0]), choice]
+    leaf = tables[f"dense_{side}_leaf"].reshape(-1)
+    node_value = np.append(row_value, -np.inf)[leaf]
+    node_arc = np.append(row_arc, num_arcs)[leaf]
+    pool_value, pool_arc = [], []
+    width = tables[f"dense_{side}_leaf"].shape[1] * fan
+    while width > 1:
+        pick = node_value.reshape(-1, fan).argmax(axis=1)
+        node_value = node_value.reshape(-1, fan).max(axis=1)
+        node_arc = node_arc.reshape(-1, fan)[np.arange(pick.size), pick]
+        pool_value.append(node_value)
+        pool_arc.append(node_arc)
+        width //= fan
+    pool_value = np.concatenate([*pool_value, [-np.inf]])
+    pool_arc = np.concatenate([*pool_arc, [num_arcs]])
+    top = tables[f"dense_{side}_top"]
+    has_tree = top < pool_value.size - 1
+    return (
+        np.where(has_tree, pool_value[top], row_value[:num_states]),
+        np.where(has_tree, pool_arc[top], row_arc[:num_states]),
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    num_states=st.integers(1, 12),
+    seed=st.integers(0, 2**31),
+    slots=st.one_of(st.none(), st.tuples(st.integers(1, 5), st.integers(1, 5))),
+    fans=st.one_of(st.none(), st.tuples(st.integers(2, 5), st.integers(2, 5))),
+)
+def test_tables_reach_each_states_first_best_arc(num_states, seed, slots, fans):
+    rng = np.random.default_rng(seed)
+    num_arcs = int(rng.integers(0, 60))
+    src, dst = rng.integers(0, num_states, (2, num_arcs))
+    if num_arcs:  # a hub in each direction
+        src[rng.random(num_arcs) < 0.4] = rng.integers(num_states)
+        dst[rng.random(num_arcs) < 0.4] = rng.integers(num_states)
+    mask = rng.random(num_arcs) < 0.9
+    shape = arc_tables.dense_shape(num_states, src, dst, mask, slots=slots, fans=fans)
+    tables = arc_tables.build_dense_tables(num_states, src, dst, mask, shape)
+    values = rng.integers(0, 4, num_arcs).astype(float)  # many ties
+    for side, key in (("in", dst), ("out", src)):
+        best, arc = _best_arcs_through_tables(tables, num_states, num_arcs, values, side)
+        for state in range(num_states):
+            mine = np.flatnonzero(mask & (key == state))
+            if mine.size == 0:
+                assert best[state] == -np.inf
+                continue
+            assert best[state] == values[mine].max()
+            assert arc[state] == mine[np.argmax(values[mine])]  # the first best
+
+
+def test_common_dense_shape_fits_entries_of_other_slot_counts():
+    rng = np.random.default_rng(13)
+    entries = []
+    for degree in (1, 3, 40, 7):
+        num_states = 20
+        src = rng.integers(0, num_states, 60)
+        dst = rng.integers(0, num_states, 60)
+        dst[:degree] = 5
+        src[:degree] = 6
+        entries.append((num_states, src, dst, np.ones(60, bool)))
+    shapes = [arc_tables.dense_shape(*entry) for entry in entries]
+    assert len({shape.in_slots for shape in shapes}) > 1
+    common = arc_tables.common_dense_shape(shapes)
+    for entry in entries:
+        tables = arc_tables.build_dense_tables(*entry, shape=common)
+        values = rng.normal(size=60)
+        for side, key in (("in", entry[2]), ("out", entry[1])):
+            best, _ = _best_arcs_through_tables(tables, 20, 60, values, side)
+            want = [values[key == s].max(initial=-np.inf) for s in range(20)]
+            np.testing.assert_array_equal(best, want)
+
+
+def test_build_dense_tables_refuses_a_shape_too_small():
+    src, dst = np.zeros(5, int), np.ones(5, int)
+    natural = arc_tables.dense_shape(2, src, dst, np.ones(5, bool), slots=(2, 2), fans=(2, 2))
+    with pytest.raises(ValueError, match=r"incoming arcs need extra_rows=2 at slots=2, fan=2"):
+        arc_tables.build_dense_tables(
+            2, src, dst, np.ones(5, bool), natural._replace(in_extra_rows=1)
+        )
+    with pytest.raises(ValueError, match=r"outgoing arcs need levels=2"):
+        arc_tables.build_dense_tables(2, src, dst, np.ones(5, bool), natural._replace(out_levels=1))
+
+
+def test_common_dense_shape_keeps_a_stars_fan_in_from_other_entries():
+    # The star's one hub fits a single level of 200 leaves; 30 hubs of 3
+    # arcs in the other entry would each take a block of 200 at its F.
+    star = (201, np.zeros(200, int), np.arange(1, 201), np.ones(200, bool))
+    src = np.repeat(np.arange(30), 3)
+    hubs = (31, src, (src + 1) % 31, np.ones(90, bool))
+    shapes = [arc_tables.dense_shape(*entry, slots=(1, 1)) for entry in (star, hubs)]
+    assert shapes[0].out_fan == 200
+    common = arc_tables.common_dense_shape(shapes)
+    assert common.out_fan < 200
+    assert common.out_leaves < 1000
+    for entry in (star, hubs):
+        tables = arc_tables.build_dense_tables(*entry, shape=common)
+        values = np.random.default_rng(14).normal(size=entry[1].size)
+        best, _ = _best_arcs_through_tables(tables, entry[0], entry[1].size, values, "out")
+        want = [values[entry[1] == s].max(initial=-np.inf) for s in range(entry[0])]
+        np.testing.assert_array_equal(best, want)

@@ -1,9 +1,11 @@
 """Dense intersection of a graph with per-frame scores [B, T, V].
 
 `dense_tot_score` and `viterbi_decode` run the scan of `dense_recursion.py`
-over a graph's per-state arc tables (`Schedule.state_in_arcs`), vmapped over
-the batch, without materialising the lattice. The graph may be cyclic: every
-arc consumes one frame.
+over a graph's dense tables (`Schedule.dense_in_arc` and the rest, built on
+the host by `host/arc_tables.py`), vmapped over the batch, without
+materialising the lattice. The graph may be cyclic: every arc consumes one
+frame. The tables, and each frame's work, grow with the arcs and states, not
+with S times the largest degree.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from semiring_jax._src import checks, dense_recursion
-from semiring_jax._src.dense_recursion import Slots
+from semiring_jax._src.dense_slots import Slots, Tree
 from semiring_jax._src.fsa import Fsa
 from semiring_jax._src.host import messages
 from semiring_jax._src.semiring import LOG, TROPICAL, Semiring
@@ -122,8 +124,6 @@ def check_graph(graph: Any, batch: int, num_columns: int, dtype: np.dtype, fn: s
         )
     if graph.dtype != dtype:
         raise ValueError(f"{fn}: graph weights are {graph.dtype} but emissions are {dtype}")
-    if graph.schedule.state_in_arcs.shape[-1] == 0 and graph.num_arcs > 0:
-        raise ValueError(f"{fn}: graph was built without the per-state arc tables dense ops read")
     if checks.is_traced(graph.ilabel) or checks.is_traced(graph.arc_mask):
         return
     labels = np.atleast_2d(np.asarray(graph.ilabel))  # [B or 1, A]
@@ -139,26 +139,37 @@ def check_graph(graph: Any, batch: int, num_columns: int, dtype: np.dtype, fn: s
 
 
 def graph_slots(graph: Fsa, semiring: Semiring) -> tuple[Slots, jax.Array, jax.Array]:
-    """(slots, slot_weight [S, K], final_weight [S]) of one unbatched graph;
-    unused slots and non-final states weigh the semiring's zero."""
-    in_arcs = graph.schedule.state_in_arcs  # [S, K], A where unused
-    num_states, num_slots = in_arcs.shape
-    no_slot = num_states * num_slots
-    src = jnp.append(graph.src, 0)[in_arcs]
-    label = jnp.append(graph.ilabel, 0)[in_arcs]
-    weight = jnp.append(graph.weight, semiring.zero)[in_arcs]
-    # Where each arc sits among the slots, to list the slots leaving a state.
-    slot_of_arc = jnp.full(graph.num_arcs + 1, no_slot, jnp.int32)
-    slot_of_arc = (
-        slot_of_arc.at[in_arcs.reshape(-1)]
-        .set(jnp.arange(no_slot, dtype=jnp.int32))
-        .at[graph.num_arcs]
-        .set(no_slot)
+    """(slots, slot_weight [R, K], final_weight [S]) of one unbatched graph,
+    read through its host-built tables (gathers only); unused slots and
+    non-final states weigh the semiring's zero."""
+    tables = graph.schedule
+    in_arc = tables.dense_in_arc  # [R, K], A where unused
+    num_states = graph.num_states
+    num_rows = in_arc.shape[0]
+    src = jnp.append(graph.src, 0)[in_arc]
+    label = jnp.append(graph.ilabel, 0)[in_arc]
+    dst = jnp.append(graph.dst, num_states)  # A: no state
+    weight = jnp.append(graph.weight, semiring.zero)[in_arc]
+    # A state's further rows (R > S) start with one of its arcs, and
+    # padding rows with arc A.
+    row_state = None
+    if num_rows > num_states:
+        first = jnp.arange(num_states, dtype=jnp.int32)
+        row_state = jnp.concatenate([first, dst[in_arc[num_states:, 0]].astype(jnp.int32)])
+    leaving = jnp.asarray(tables.dense_out_slot)  # [Ro, Ko], R * K where unused
+    out_dst = dst[jnp.append(in_arc.reshape(-1), graph.num_arcs)[leaving]]
+    slots = Slots(
+        src=src,
+        label=label,
+        leaving=leaving,
+        row_state=row_state,
+        in_tree=Tree(jnp.asarray(tables.dense_in_leaf), jnp.asarray(tables.dense_in_top)),
+        out_dst=out_dst,
+        out_tree=Tree(jnp.asarray(tables.dense_out_leaf), jnp.asarray(tables.dense_out_top)),
     )
-    leaving = slot_of_arc[graph.schedule.state_out_arcs]
     # Non-final states stop with the semiring's zero, whatever they store.
     final_weight = jnp.where(graph.final_mask, graph.final_weight, semiring.zero)
-    return Slots(src=src, label=label, leaving=leaving), weight, final_weight
+    return slots, weight, final_weight
 
 
 def _over_batch(
@@ -272,7 +283,7 @@ def best_columns(
     _, columns, _, _ = dense_recursion.best_frames(
         TROPICAL,
         slots,
-        slot_weight.shape[1],
+        slot_weight.shape,
         jax.lax.stop_gradient(final_weight),
         alpha,
         choices,

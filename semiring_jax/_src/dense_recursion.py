@@ -1,11 +1,18 @@
 """The scan over frames behind dense intersection (one utterance; vmapped).
 
-A graph enters as *slots*: for each state s, K incoming slots, each with a
-source state `src[s, k]`, an emission column `label[s, k]` and a weight
-`slot_weight[s, k]` (-inf on unused slots). One frame t maps forward scores
-α_t [S] to
+A graph enters as *slots*: its incoming arcs in rows of K slots, each slot
+with a source state `src[r, k]`, an emission column `label[r, k]` and a
+weight `slot_weight[r, k]` (the semiring's zero on unused slots). Row s < S
+is state s's first row; a state with more than K incoming arcs has further
+rows, which a tree of reductions combines (`host/arc_tables.py`,
+`dense_slots.to_states`). One frame t maps forward scores α_t [S] to
 
-    α_{t+1}[s] = ⊕_k α_t[src[s, k]] ⊗ slot_weight[s, k] ⊗ emissions[t, label[s, k]].
+    α_{t+1}[s] = ⊕ over the slots (r, k) of s's rows:
+                 α_t[src[r, k]] ⊗ slot_weight[r, k] ⊗ emissions[t, label[r, k]],
+
+so the tables grow with the arcs, not with S times the largest degree.
+The backward pass reads the outgoing arcs, in rows of their own, through
+each one's incoming slot (`Slots.leaving`).
 
 Two shortcuts serve CTC-like graphs: `label` None means that all slots of a
 state share one column and the caller passed emissions per state, [T, S]
@@ -20,38 +27,66 @@ is 0 (the shifts summed apart), and any user semiring (unshifted).
 Gradients (`derivatives.score`, a custom JVP whose tangent is ⟨gradient,
 tangent⟩): LOG's come from `dense_log.py`, which forms posteriors frame by
 frame in a reverse scan and reduces them into [T, V] (or [T, S]) and
-[S, K] as it goes, so no [T, S, K] array is held. TROPICAL saves each
-state's best slot per frame and traces one path back. Other semirings are
-differentiated by autodiff through the plain scan.
+[R, K] as it goes, so no [T, R, K] array is held. TROPICAL saves each
+state's best slot per frame ([T, S], a flat index into the [R, K] slots,
+carried up the tree with its score) and traces one path back. Other
+semirings are differentiated by autodiff through the plain scan.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
 from semiring_jax._src import dense_log, derivatives
-from semiring_jax._src.dense_slots import Slots, frame_scores, max_or_zero, pull, varying_like
-from semiring_jax._src.semiring import LOG, Semiring
+from semiring_jax._src.dense_slots import (
+    Slots,
+    frame_scores,
+    max_or_zero,
+    num_states,
+    pull,
+    to_states,
+    varying_like,
+)
+from semiring_jax._src.semiring import Semiring
 
 __all__ = ["Slots", "best_frames", "forward_with_choices", "total"]
 
 
 def _normalises(semiring: Semiring) -> bool:
-    # sum_grad / argsum are only given for semirings with ⊗ = + (semiring.py),
-    # and for those ⊕ commutes with a common shift.
-    return semiring.sum_grad is not None or semiring.argsum is not None
+    # Where ⊗ is +, ⊕ commutes with a common shift (semiring.py), so each
+    # frame's scores can be shifted to keep them near 0.
+    return bool(semiring.times_is_addition)
 
 
-def _start(
-    semiring: Semiring, num_states: int, dtype: DTypeLike, reference: jax.Array
-) -> jax.Array:
+def _start(semiring: Semiring, size: int, dtype: DTypeLike, reference: jax.Array) -> jax.Array:
     """α before the first frame: one at the start state, zero elsewhere."""
-    start = jnp.full(num_states, semiring.zero, dtype).at[0].set(semiring.one)
+    start = jnp.full(size, semiring.zero, dtype).at[0].set(semiring.one)
     return varying_like(reference, start)
+
+
+def _sum_rows(semiring: Semiring) -> Callable[[list[jax.Array]], list[jax.Array]]:
+    """⊕ along axis 1, for `to_states`."""
+    return lambda values: [semiring.sum(values[0], axis=1)]
+
+
+def _best_rows(semiring: Semiring) -> Callable[[list[jax.Array]], list[jax.Array]]:
+    """⊕ along axis 1 of (scores, their best slots), keeping the slot of
+    the entry that ⊕ returns (`argsum`: the first best), for `to_states`."""
+    argsum = semiring.argsum
+    assert argsum is not None  # choices are for selective semirings
+
+    def reduce(values: list[jax.Array]) -> list[jax.Array]:
+        scores, choices = values
+        best = semiring.sum(scores, axis=1)
+        index = argsum(scores, best, axis=1)
+        return [best, jnp.take_along_axis(choices, index[:, None], axis=1)[:, 0]]
+
+    return reduce
 
 
 def _forward(
@@ -66,14 +101,17 @@ def _forward(
     """Forward scan: (α after `length` frames [S], saves [T, S], shifts [T]).
 
     The saves are, per frame, α after it (normalised), or with
-    `with_choice` the best slot of each state.
+    `with_choice` the best slot of each state: k for a banded graph, else
+    the flat index r * K + k of the slot among the [R, K].
     """
-    num_states, num_slots = slot_weight.shape
+    num_rows, num_slots = slot_weight.shape
+    size = num_states(slots, num_rows)
     normalise = _normalises(semiring)
     dtype = slot_weight.dtype
     argsum = semiring.argsum
     if with_choice:
         assert argsum is not None  # with_choice is for selective semirings
+    row_start = jnp.arange(num_rows, dtype=jnp.int32) * num_slots
 
     def step(
         alpha: jax.Array, inputs: tuple[jax.Array, jax.Array]
@@ -81,18 +119,31 @@ def _forward(
         t, frame = inputs  # frame: [V] or [S]
         terms = semiring.times(
             semiring.times(pull(alpha, slots, num_slots, semiring.zero), slot_weight),
-            frame_scores(frame, slots.label),
-        )  # [S, K]
-        new = semiring.sum(terms, axis=1)  # [S]
+            frame_scores(frame, slots),
+        )  # [R, K]
+        rows = semiring.sum(terms, axis=1)  # [R]
+        if argsum is not None and with_choice:
+            best = argsum(terms, rows, axis=1)
+            if slots.src is not None:
+                best = row_start + best
+            new, saved = to_states(
+                [rows, best],
+                slots.in_tree,
+                (semiring.zero, num_rows * num_slots),
+                _best_rows(semiring),
+            )
+        else:
+            (new,) = to_states([rows], slots.in_tree, (semiring.zero,), _sum_rows(semiring))
         shift = max_or_zero(new) if normalise else jnp.zeros((), dtype)
         active = t < length
         new_alpha = jnp.where(active, new - shift if normalise else new, alpha)
-        saved = argsum(terms, new, axis=1) if argsum is not None and with_choice else new_alpha
+        if not with_choice:
+            saved = new_alpha
         return new_alpha, (saved, jnp.where(active, shift, 0).astype(dtype))
 
     frames = jnp.arange(emissions.shape[0], dtype=jnp.int32)
     alpha, (saved, shifts) = jax.lax.scan(
-        step, _start(semiring, num_states, dtype, emissions), (frames, emissions)
+        step, _start(semiring, size, dtype, emissions), (frames, emissions)
     )
     return alpha, saved, shifts
 
@@ -103,8 +154,8 @@ def _ends(semiring: Semiring, alpha: jax.Array, final_weight: jax.Array) -> jax.
 
 def _is_log(semiring: Semiring) -> bool:
     # The compensated scan of dense_log.py computes log-sum-exp itself, so
-    # it stands in for LOG's ⊕ only.
-    return semiring.sum is LOG.sum
+    # it stands in only for a semiring that declares LOG's arithmetic.
+    return semiring.arithmetic == "log"
 
 
 def _plain_total(
@@ -124,7 +175,7 @@ def _plain_total(
     return total + jnp.sum(shifts) if _normalises(semiring) else total
 
 
-# diff = (slot_weight [S, K], final_weight [S], emissions [T, V] or [T, S]);
+# diff = (slot_weight [R, K], final_weight [S], emissions [T, V] or [T, S]);
 # aux = (slots, length).
 Diff = tuple[jax.Array, jax.Array, jax.Array]
 Aux = tuple[Slots, jax.Array]
@@ -176,7 +227,7 @@ def _op(semiring: Semiring, slot_grads: bool) -> derivatives.ScoreOp:
 def best_frames(
     semiring: Semiring,
     slots: Slots,
-    num_slots: int,
+    slot_shape: tuple[int, ...],
     final_weight: jax.Array,
     alpha_end: jax.Array,
     choices: jax.Array,
@@ -185,19 +236,21 @@ def best_frames(
     """TROPICAL trace-back of the best path.
 
     Tie rule: the lowest-numbered best final state, then at each frame the
-    lowest-numbered best slot (slots are in arc-index order).
+    lowest-numbered best slot (a state's slots are in arc-index order).
 
     Args:
-      num_slots: K.
-      choices: int32 [T, S], the best slot of each state at each frame.
+      slot_shape: (R, K) of the slots.
+      choices: int32 [T, S], the best slot of each state at each frame (as
+        `_forward` saves them: k if banded, else a flat index).
     Returns:
       `(flat_slots, columns, found, last)`: int32 [T], the flat slot index
-      `s * K + k` taken at each frame (S * K past `length` or when no path
+      `r * K + k` taken at each frame (R * K past `length` or when no path
       is found); int32 [T], its emission column, or its state when the
       emissions are per state (-1 there); bool [], whether a path exists;
       int32 [], the final state it ends in.
     """
-    num_states = choices.shape[1]
+    num_rows, num_slots = slot_shape
+    no_slot = num_rows * num_slots
     ends = _ends(semiring, alpha_end, final_weight)
     best = semiring.sum(ends, axis=0)
     found = best > semiring.zero
@@ -210,9 +263,12 @@ def best_frames(
         t, choice = inputs
         active = (t < length) & found
         slot = choice[state]
-        column = state if slots.label is None else slots.label[state, slot]
-        previous = state - slot if slots.src is None else slots.src[state, slot]
-        flat = jnp.where(active, state * num_slots + slot, num_states * num_slots)
+        if slots.src is None:  # banded: slot k of s comes from s - k
+            flat, previous = state * num_slots + slot, state - slot
+        else:  # `slot` is flat; an unused one (no path) reads the last
+            flat, previous = slot, slots.src.reshape(-1).at[slot].get(mode="clip")
+        column = state if slots.label is None else slots.label.reshape(-1).at[flat].get(mode="clip")
+        flat = jnp.where(active, flat, no_slot)
         return jnp.where(active, previous, state), (flat, jnp.where(active, column, -1))
 
     frames = jnp.arange(choices.shape[0], dtype=jnp.int32)
@@ -233,7 +289,7 @@ def _best_path_grads(
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """TROPICAL: the indicator of the traced-back best path."""
     flat_slots, columns, found, last = best_frames(
-        semiring, slots, slot_weight.shape[1], final_weight, alpha_end, choices, length
+        semiring, slots, slot_weight.shape, final_weight, alpha_end, choices, length
     )
     dtype = slot_weight.dtype
     num_frames, num_columns = emissions.shape
@@ -280,7 +336,7 @@ def total(
     Args:
       semiring: the semiring.
       slots: `Slots` of the graph.
-      slot_weight: float [S, K], -inf on unused slots.
+      slot_weight: float [R, K], the semiring's zero on unused slots.
       final_weight: float [S].
       emissions: float [T, V], or [T, S] when `slots.label` is None.
       length: int [], the number of frames that count (0 <= length <= T).

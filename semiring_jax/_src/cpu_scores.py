@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from semiring_jax._src import derivatives, kernels
 from semiring_jax._src.array_types import ArrayLeaf
 from semiring_jax._src.schedule import Schedule
-from semiring_jax._src.semiring import LOG, TROPICAL, Semiring
+from semiring_jax._src.semiring import Semiring
 
 __all__ = ["total", "usable", "value_and_grads"]
 
@@ -33,15 +33,14 @@ Aux = tuple[Schedule, ArrayLeaf]  # (schedule, src [A])
 def usable(semiring: Semiring, weight: ArrayLeaf) -> bool:
     """Whether the kernels serve this semiring and dtype (trace time)."""
     return (
-        (semiring is LOG or semiring is TROPICAL)
+        semiring.arithmetic is not None
         and jnp.dtype(weight.dtype) in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64))
         and kernels.enabled()
     )
 
 
 def _target(semiring: Semiring, what: str, dtype: jnp.dtype) -> str:
-    name = "log" if semiring is LOG else "tropical"
-    return f"semiring_jax_{name}_{what}_{'f32' if dtype == jnp.float32 else 'f64'}"
+    return f"semiring_jax_{semiring.arithmetic}_{what}_{'f32' if dtype == jnp.float32 else 'f64'}"
 
 
 def _tables(schedule: Schedule) -> tuple[jax.Array, ...]:
@@ -84,7 +83,8 @@ def _op(semiring: Semiring, reference: derivatives.ValueAndGrad) -> derivatives.
         call = jax.ffi.ffi_call(
             _target(semiring, "grad", dtype), shapes, vmap_method="broadcast_all"
         )
-        extra = () if semiring is LOG else (jnp.asarray(src, jnp.int32),)
+        # The tropical trace-back also reads each arc's source state.
+        extra = () if semiring.arithmetic == "log" else (jnp.asarray(src, jnp.int32),)
         value, arc_grad, final_grad = call(weight, final, *_tables(schedule), *extra)
         return value, (arc_grad, final_grad)
 

@@ -15,8 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from semiring_jax._src.algorithms import check_operands, parts_of, trimmed_fsa
-from semiring_jax._src.batch import stack, unstack
+from semiring_jax._src.algorithms import check_operands, map_entries, parts_of, trimmed_fsa
 from semiring_jax._src.fsa import Fsa
 from semiring_jax._src.host import determinize as host_determinize
 from semiring_jax._src.semiring import LOG, Semiring
@@ -25,17 +24,38 @@ __all__ = ["determinize"]
 
 
 def _segment_plus(
-    values: jax.Array, segments: jax.Array | np.ndarray, num_segments: int, semiring: Semiring
+    values: jax.Array, segments: jax.Array, num_segments: int, semiring: Semiring
 ) -> jax.Array:
-    """⊕ of `values` by segment; the semiring's zero (-inf) for an empty one."""
-    top = jax.ops.segment_max(values, segments, num_segments)
-    if semiring.argsum is not None:  # selective: ⊕ is the max
-        return top
-    top = jax.lax.stop_gradient(top)
-    safe_top = jnp.where(jnp.isfinite(top), top, jnp.zeros_like(top))
-    total = jax.ops.segment_sum(jnp.exp(values - safe_top[segments]), segments, num_segments)
-    nonempty = total > 0
-    return jnp.where(nonempty, jnp.log(jnp.where(nonempty, total, 1)), -jnp.inf) + safe_top
+    """⊕ of `values` [N] by segment [num_segments]; the semiring's zero for
+    an empty one. The semiring's own `segment_sum` where it has one."""
+    if semiring.segment_sum is not None:
+        return semiring.segment_sum(values, segments, num_segments)
+    return _folded_segment_plus(values, segments, num_segments, semiring)
+
+
+def _folded_segment_plus(
+    values: jax.Array, segments: jax.Array, num_segments: int, semiring: Semiring
+) -> jax.Array:
+    """⊕ by segment from `semiring.plus` alone: a segmented scan over the
+    values in segment order (O(N log N)); each segment's last running ⊕ is
+    its total."""
+    result = jnp.full(num_segments, semiring.zero, values.dtype)
+    if values.shape[0] == 0:
+        return result
+    order = jnp.argsort(segments, stable=True)
+    segments, values = segments[order], values[order]
+    boundary = segments[1:] != segments[:-1]
+    starts = jnp.concatenate([jnp.ones(1, bool), boundary])
+
+    def fold(left: tuple[jax.Array, jax.Array], right: tuple[jax.Array, jax.Array]) -> Any:
+        (left_start, left_value), (right_start, right_value) = left, right
+        # A segment start discards what came before it (associative).
+        merged = jnp.where(right_start, right_value, semiring.plus(left_value, right_value))
+        return left_start | right_start, merged
+
+    _, running = jax.lax.associative_scan(fold, (starts, values))
+    ends = jnp.concatenate([boundary, jnp.ones(1, bool)])
+    return result.at[jnp.where(ends, segments, num_segments)].set(running, mode="drop")
 
 
 @functools.partial(jax.jit, static_argnames=("semiring", "sizes"))
@@ -51,26 +71,28 @@ def _weights(
     in one compiled program (the tables are arguments, their sizes static:
     one compile serves every call on the same structure's sizes)."""
     num_residuals, num_states, depth_sizes = sizes
-    residuals = jnp.zeros(num_residuals + 1, weight.dtype)  # the last one is one
+    zero = jnp.asarray(semiring.zero, weight.dtype)
+    residuals = jnp.full(num_residuals + 1, semiring.one, weight.dtype)  # the last one is one
     arc_weights = []
     for (term_residual, term_arc, term_slot, slot_transition, slot_residual), (
         num_slots,
         num_transitions,
     ) in zip(depths, depth_sizes):
-        terms = residuals[term_residual] + weight[term_arc]
+        terms = semiring.times(residuals[term_residual], weight[term_arc])
         values = _segment_plus(terms, term_slot, num_slots, semiring)
         total = _segment_plus(values, slot_transition, num_transitions, semiring)
         arc_weights.append(total)
+        # r = v ⊘ W, ⊘ being - (times_is_addition); zero where W is not finite.
         found = jnp.isfinite(total)[slot_transition]
         shift = jnp.where(found, total[slot_transition], 0)
-        residual = jnp.where(found, values - shift, -jnp.inf)
+        residual = jnp.where(found, values - shift, zero)
         # Singleton slots (-1) write past the end, where mode="drop" ignores them.
         residuals = residuals.at[
             jnp.where(slot_residual >= 0, slot_residual, num_residuals + 1)
         ].set(residual, mode="drop")
     arc_weight = jnp.concatenate(arc_weights) if arc_weights else jnp.zeros(0, weight.dtype)
     member_state, member_input, member_residual = members
-    final_terms = residuals[member_residual] + final_weight[member_input]
+    final_terms = semiring.times(residuals[member_residual], final_weight[member_input])
     return arc_weight, _segment_plus(final_terms, member_state, num_states, semiring)
 
 
@@ -88,7 +110,10 @@ def determinize(fsa: Fsa, semiring: Semiring = LOG, *, max_states: int = 100_000
     Args:
       fsa: an acceptor, single or batched; structure concrete, weights may
         be traced.
-      semiring: LOG (default) or TROPICAL.
+      semiring: LOG (default), TROPICAL or any `Semiring` whose ⊗ is
+        addition (`times_is_addition`; the residuals divide by ⊘ = -).
+        Each subset's ⊕ is the semiring's `segment_sum`, or without one
+        a fold of its `plus`.
       max_states: the budget of result states (and of 16 times as many
         subset members); a cyclic input whose cycles keep making new
         (non-singleton) subsets would never stop, and an acyclic one can
@@ -97,8 +122,8 @@ def determinize(fsa: Fsa, semiring: Semiring = LOG, *, max_states: int = 100_000
     Returns:
       A deterministic acceptor: no state has two arcs with one label.
     Raises:
-      ValueError: for a transducer, another semiring, or more than
-        `max_states` result states.
+      ValueError: for a transducer, a semiring whose ⊗ is not addition,
+        or more than `max_states` result states.
     Examples:
       >>> import semiring_jax as sj
       >>> fsa = sj.Fsa.from_arcs([(0, 1, 5, 0.5), (0, 2, 5, 1.0), (1, 3, 6, 0.0),
@@ -110,11 +135,16 @@ def determinize(fsa: Fsa, semiring: Semiring = LOG, *, max_states: int = 100_000
     check_operands([fsa], "determinize")
     if not fsa.is_acceptor:
         raise ValueError("determinize: takes an acceptor; project the transducer first")
-    if semiring.sum_grad is None:
-        raise ValueError(f"determinize: supports LOG and TROPICAL, got {semiring!r}")
+    if not semiring.times_is_addition:
+        raise ValueError(
+            f"determinize: needs a semiring whose ⊗ is addition (times_is_addition=True), "
+            f"got {semiring!r}"
+        )
     if fsa.batch_shape:
-        return stack(
-            [determinize(entry, semiring, max_states=max_states) for entry in unstack(fsa)]
+        return map_entries(
+            lambda entry: determinize(entry, semiring, max_states=max_states),
+            fsa,
+            fn="determinize",
         )
     parts = parts_of(fsa, "determinize")
     try:

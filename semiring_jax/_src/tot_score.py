@@ -1,13 +1,14 @@
 """Total, forward and backward scores and arc posteriors (jit/vmap/grad).
 
-LOG and TROPICAL run the compensated level scans of `level_pairs.py` (or,
-on a single CPU, the compiled kernels of `cpu_scores.py`); any other
-semiring runs the float level scans of `recursions.py`. `tot_score` is
+Semirings that declare an `arithmetic` ("log": LOG's, "tropical":
+TROPICAL's) run the compensated level scans of `level_pairs.py` (or, on a
+single CPU, the compiled kernels of `cpu_scores.py`); any other semiring
+runs the float level scans of `recursions.py`. `tot_score` is
 differentiated by `derivatives.score`: a custom JVP whose tangent is
 ⟨gradient, tangent⟩, with the gradient computed once by a backward
 recursion — LOG's posteriors exp(α + w + β - Z), TROPICAL's trace-back of
-one path, or for semirings that give `sum_grad` / `argsum` the level scan
-of local derivatives (`recursions.path_gradients`) or a trace-back. So
+one path, or for other semirings that give `sum_grad` / `argsum` the level
+scan of local derivatives (`recursions.path_gradients`) or a trace-back. So
 forward and reverse mode both work, and second derivatives come from
 autodiff through those recursions. Other semirings are differentiated by
 plain autodiff through the recursion.
@@ -32,7 +33,7 @@ from semiring_jax._src.array_types import ArrayLeaf
 from semiring_jax._src.batch import jit_over_batch
 from semiring_jax._src.fsa import Fsa
 from semiring_jax._src.schedule import Schedule
-from semiring_jax._src.semiring import LOG, TROPICAL, Semiring
+from semiring_jax._src.semiring import LOG, Semiring
 
 __all__ = [
     "arc_posteriors",
@@ -93,13 +94,20 @@ def final_weights(fsa: Fsa, semiring: Semiring) -> jax.Array:
 
 
 def _is_builtin(semiring: Semiring) -> bool:
-    """LOG and TROPICAL, whose recursions run on compensated pairs."""
-    return semiring is LOG or semiring is TROPICAL
+    """Semirings with LOG's or TROPICAL's arithmetic, whose recursions run
+    on compensated pairs."""
+    return semiring.arithmetic is not None
 
 
 def _has_rules(semiring: Semiring) -> bool:
-    """Semirings whose gradient is a backward recursion, not autodiff."""
+    """Semirings whose gradient is a backward recursion, not autodiff (an
+    `arithmetic` implies one: it needs `sum_grad` or `argsum`)."""
     return semiring.sum_grad is not None or semiring.argsum is not None
+
+
+def _inf_undefined(semiring: Semiring) -> bool:
+    """LOG's posteriors of a +inf total are NaN (undefined, and visible)."""
+    return semiring.arithmetic == "log"
 
 
 def _total(
@@ -113,7 +121,7 @@ def _scan_total(
 ) -> jax.Array:
     """The total score [] by the portable level scans."""
     if _is_builtin(semiring):
-        tropical = semiring is TROPICAL
+        tropical = semiring.arithmetic == "tropical"
         pair, _ = level_pairs.forward(schedule, weight, tropical=tropical)
         total, _ = level_pairs.total(schedule, pair, final_weight, tropical=tropical)
         return total[0] + total[1]
@@ -146,15 +154,15 @@ def _scan_value_and_grads(
     """(total [], (∂/∂weight [A], ∂/∂final_weight [S])) by the portable
     scans; differentiable JAX (the kernels' reference)."""
     (weight, final_weight), (schedule, _) = diff, aux
-    if semiring is LOG:
+    if semiring.arithmetic == "log":
         total, arc_grad, final_grad = level_pairs.log_gradients(schedule, weight, final_weight)
         grads = (arc_grad, final_grad)
-    elif semiring is TROPICAL:
+    elif semiring.arithmetic == "tropical":
         total, arc_grad, final_grad = level_pairs.tropical_gradients(schedule, weight, final_weight)
         grads = (arc_grad, final_grad)
     else:
         total, grads = _rule_gradients(semiring, schedule, weight, final_weight)
-    return total, derivatives.undefined_to_nan(total, grads, inf_undefined=semiring is LOG)
+    return total, derivatives.undefined_to_nan(total, grads, inf_undefined=_inf_undefined(semiring))
 
 
 @functools.cache
@@ -173,7 +181,9 @@ def _op(semiring: Semiring) -> derivatives.ScoreOp:
     ) -> tuple[jax.Array, Any]:
         if cpu_scores.usable(semiring, diff[0]):
             total, grads = cpu_scores.value_and_grads(semiring, reference, *aux, *diff)
-            return total, derivatives.undefined_to_nan(total, grads, inf_undefined=semiring is LOG)
+            return total, derivatives.undefined_to_nan(
+                total, grads, inf_undefined=_inf_undefined(semiring)
+            )
         return reference(diff, aux)
 
     return derivatives.ScoreOp(value, value_and_grad)
@@ -225,7 +235,8 @@ def tot_score(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
 
 def _forward_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
     if _is_builtin(semiring):
-        pair, _ = level_pairs.forward(fsa.schedule, fsa.weight, tropical=semiring is TROPICAL)
+        tropical = semiring.arithmetic == "tropical"
+        pair, _ = level_pairs.forward(fsa.schedule, fsa.weight, tropical=tropical)
         return (pair[0] + pair[1])[fsa.schedule.state_pos]
     alpha, _ = recursions.forward_positions(semiring, fsa.schedule, fsa.weight)
     return alpha[fsa.schedule.state_pos]
@@ -258,7 +269,7 @@ def _backward_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
     final_weight = final_weights(fsa, semiring)
     if _is_builtin(semiring):
         pair = level_pairs.backward(
-            schedule, fsa.weight, final_weight, tropical=semiring is TROPICAL
+            schedule, fsa.weight, final_weight, tropical=semiring.arithmetic == "tropical"
         )
         beta = pair[0] + pair[1]
     else:

@@ -19,7 +19,8 @@ Workloads (numpy default_rng(SEED), N(0, 1) scores):
 median wall time of ours (host structure plus the weights gathered in JAX,
 blocked until ready) and of OpenFst's C++ through pynini (including the
 conversion of its result to a Python object, nothing else), the ratio, the
-result sizes of both, and whether ours is within the goal of 10x OpenFst.
+result sizes of both, and whether ours is within the op's goal: 2x
+OpenFst's time for compose, 5x for remove_epsilon, 3x for determinize.
 
 Run:
     .venv/bin/python benchmarks/bench_algorithms.py
@@ -38,7 +39,8 @@ import pynini
 import semiring_jax as sj
 
 SEED = 20240611
-GOAL = 10.0
+# The most time ours may take, in multiples of OpenFst's, by op.
+GOALS = {"compose": 2.0, "remove_epsilon": 5.0, "determinize": 3.0}
 
 
 def lexicon(rng: np.random.Generator, num_words: int = 200, num_phones: int = 40):
@@ -216,7 +218,7 @@ def main() -> None:
     )
     print(
         f"{'op':30s} {'ours ms':>9s} {'OpenFst ms':>11s} {'ours/OpenFst':>13s} "
-        f"{'ours S/A':>15s} {'OpenFst S/A':>15s}  goal (<= {GOAL:.0f}x)"
+        f"{'ours S/A':>15s} {'OpenFst S/A':>15s}  goal"
     )
     for name, ours_s, theirs_s, s1, a1, s2, a2 in rows:
         if ours_s is None:
@@ -225,10 +227,11 @@ def main() -> None:
                 f"{f'{s2}/{a2}':>15s}  NOT MET ({s1})"
             )
             continue
-        ratio = ours_s / theirs_s
+        ratio, goal = ours_s / theirs_s, GOALS[name.split()[0]]
+        met = "MET" if ratio <= goal else "NOT MET"
         print(
             f"{name:30s} {ours_s * 1e3:9.1f} {theirs_s * 1e3:11.1f} {ratio:13.1f} "
-            f"{f'{s1}/{a1}':>15s} {f'{s2}/{a2}':>15s}  {'MET' if ratio <= GOAL else 'NOT MET'}"
+            f"{f'{s1}/{a1}':>15s} {f'{s2}/{a2}':>15s}  <= {goal:.0f}x {met}"
         )
 
 

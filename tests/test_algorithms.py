@@ -325,6 +325,28 @@ def test_prune_refuses_traced_weights():
 
 @SETTINGS
 @given(data=acyclic_fsas(transducer=True, weights=FINITE))
+def test_remove_epsilon_weights_on_host_equal_the_traced_ones(data):
+    # Concrete weights are computed in numpy, traced ones by the level scan
+    # of the pair graph: the same structure and, to rounding, the same weights.
+    fsa = build(data)
+    for semiring in (sj.LOG, sj.TROPICAL):
+        host = sj.remove_epsilon(fsa, semiring)
+        traced = jax.jit(
+            lambda w, f, semiring=semiring: sj.remove_epsilon(
+                fsa.replace(weight=w, final_weight=f), semiring
+            )
+        )(jnp.asarray(fsa.weight), jnp.asarray(fsa.final_weight))
+        assert isinstance(host.weight, np.ndarray)
+        for name in ("src", "dst", "ilabel", "olabel", "final_mask"):
+            np.testing.assert_array_equal(getattr(host, name), getattr(traced, name))
+        for name in ("weight", "final_weight"):
+            np.testing.assert_allclose(
+                getattr(host, name), getattr(traced, name), rtol=1e-12, atol=1e-12
+            )
+
+
+@SETTINGS
+@given(data=acyclic_fsas(transducer=True, weights=FINITE))
 def test_remove_epsilon_matches_openfst(data):
     fsa = build(data)
     for arc_type, semiring in (("log", sj.LOG), ("tropical", sj.TROPICAL)):

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import semiring_jax as sj
 from tests import oracles
-from tests.strategies import acyclic_fsas, as_rows
+from tests.strategies import acyclic_fsas, as_rows, dense_graphs
 
 SEMIRINGS = [sj.LOG, sj.TROPICAL]
 REAL = sj.Semiring(name="real", plus=jnp.add, times=jnp.multiply, sum=jnp.sum, zero=0.0, one=1.0)
@@ -188,3 +188,83 @@ def test_stack_promotes_an_acceptor_among_transducers():
     assert composed.batch_shape == (2,)
     # All acceptors stay an acceptor batch.
     assert sj.stack([acceptor, sj.linear_fsa([3])]).is_acceptor
+
+
+def _count_builds(monkeypatch):
+    """Counting wrappers on the table builders and the longest-path finder:
+    entries whose level tables, dense tables and longest paths were made."""
+    from semiring_jax._src.host import arc_tables, levels, schedule
+
+    counts = {"levels": 0, "dense": 0, "paths": 0}
+
+    def counting(module, name, key, entries=lambda *args, **kwargs: 1):
+        real = getattr(module, name)
+
+        def wrapper(*args, **kwargs):
+            counts[key] += entries(*args, **kwargs)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, wrapper)
+
+    counting(schedule, "build_schedule_arrays", "levels")
+    counting(schedule, "build_common", "levels", lambda fsas, *args, **kwargs: len(fsas))
+    counting(arc_tables, "build_dense_tables", "dense")
+    counting(levels, "path_lengths", "paths")
+    return counts
+
+
+def test_each_entry_is_built_once(monkeypatch, tmp_path):
+    # 32 entries of low degree (no fan trees: their tables are all ours).
+    fsas = [
+        sj.Fsa.from_arcs(
+            [(i, i + 1, 1 + (i + b) % 3, 0.1 * i) for i in range(2 + b % 5)]
+            + [(0, 2, 4, -0.5), (1, 2 + b % 5, 5, 0.25)],
+            final=[2 + b % 5],
+        )
+        for b in range(32)
+    ]
+    path = tmp_path / "batch.npz"
+    sj.save(path, sj.stack(fsas))
+    graph = sj.Fsa.from_arcs([(0, 0, 0, 0.0), (0, 1, 1, 0.0), (1, 1, 1, 0.0)], final=[1])
+    emissions = np.log(np.full((32, 5, 2), 0.5, np.float32))
+    counts = _count_builds(monkeypatch)
+
+    def built(op):
+        counts.update(dict.fromkeys(counts, 0))
+        result = op()
+        return result, dict(counts)
+
+    batch, stack_counts = built(lambda: sj.stack(fsas))
+    assert stack_counts == {"levels": 32, "dense": 32, "paths": 32}
+    _, bucket_counts = built(lambda: sj.stack(fsas, bucket=True))
+    assert bucket_counts == {"levels": 32, "dense": 32, "paths": 32}
+    for op in (sj.connect, sj.invert, sj.determinize, lambda fsa: sj.prune(fsa, 1.0)):
+        result, op_counts = built(lambda: op(batch))
+        assert result.batch_shape == (32,)
+        # The operands' entries are not built at all; each result once.
+        assert op_counts == {"levels": 32, "dense": 32, "paths": 32}
+    lattice, dense_counts = built(lambda: sj.intersect_dense(graph, emissions))
+    # The lattices' longest paths come from their frames.
+    assert dense_counts == {"levels": 32, "dense": 32, "paths": 0}
+    loaded, load_counts = built(lambda: sj.load(path))
+    assert load_counts == {"levels": 32, "dense": 32, "paths": 32}
+    jax.tree_util.tree_map(np.testing.assert_array_equal, loaded, batch)
+    np.testing.assert_allclose(sj.tot_score(lattice), sj.dense_tot_score(graph, emissions))
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=dense_graphs(), length=st.integers(0, 4))
+def test_lattice_path_lengths_from_frames_are_the_longest_paths(data, length):
+    from semiring_jax._src import lattice
+    from semiring_jax._src.host import lattice as host_lattice
+    from semiring_jax._src.host import levels
+
+    num_states, arcs, final = data
+    src = np.array([arc[0] for arc in arcs], np.int64)
+    dst = np.array([arc[1] for arc in arcs], np.int64)
+    is_final = np.isin(np.arange(num_states), list(final))
+    found = host_lattice.lattice_structure(num_states, src, dst, is_final, length)
+    expected = levels.path_lengths(found.num_states, found.src, found.dst)
+    got = lattice._path_lengths(found, length)
+    np.testing.assert_array_equal(got.earliest, expected.earliest)
+    np.testing.assert_array_equal(got.height, expected.height)

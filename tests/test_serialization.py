@@ -1,7 +1,9 @@
 """sj.save / sj.load: exact round trips and located errors on bad files."""
 
+import dataclasses
 import io
 import math
+import pathlib
 import zipfile
 
 import chex
@@ -142,6 +144,14 @@ def edited(**changes):
     return arrays
 
 
+def sized(**changes):
+    """Saved arrays with the stored sizes (or their names) changed."""
+    arrays = saved_arrays()
+    for name, change in changes.items():
+        arrays[name] = change(arrays[name])
+    return arrays
+
+
 def with_value(name, index, value):
     arrays = saved_arrays()
     changed = arrays[name].copy()
@@ -156,9 +166,13 @@ def with_value(name, index, value):
         (edited(format=np.array("other")), r"array 'format' is not 'semiring_jax.Fsa'"),
         (edited(format=None), r"no array 'format'; not a file written by sj.save"),
         (
-            edited(version=np.array(1)),
-            r"array 'version' is array\(1\); this semiring_jax reads "
-            r"versions 2, 3",
+            edited(version=np.array(5)),
+            r"array 'version' is array\(5\); this semiring_jax reads "
+            r"versions 1, 2, 3, 4",
+        ),
+        (
+            edited(version=np.array(3)),
+            r"array 'schedule.arc_dst_pos' is missing",
         ),
         (edited(arc_mask=None), r"array 'arc_mask' is missing"),
         (edited(extra=np.zeros(3)), r"array 'extra' is not part of the saved layout"),
@@ -191,21 +205,41 @@ def with_value(name, index, value):
         (with_value("weight", (0, 1), np.nan), r"array 'weight' holds nan"),
         (with_value("final_weight", (0, 2), np.inf), r"array 'final_weight' holds inf"),
         (
-            with_value("schedule.in_arc", (0, 0, 0, 0), 1),
-            r"array 'schedule.in_arc' does not match the structure of entry 0",
+            with_value("real_sizes", (1, 1), 5),
+            r"array 'real_sizes' holds \[2, 5\] \(entry 1\)",
         ),
         (
-            with_value("schedule.state_out_arcs", (1, 0, 0), 1),
-            r"array 'schedule.state_out_arcs' does not match the structure of entry 1",
+            edited(real_sizes=np.zeros((2, 3), np.int32)),
+            r"array 'real_sizes' has shape \(2, 3\), expected \[..., 2\] = \(2, 2\)",
+        ),
+        # The stored sizes: smaller than an entry needs, named otherwise than
+        # this version's fields, or not sizes at all.
+        (
+            sized(schedule_shape=lambda sizes: np.ones_like(sizes)),
+            r"array 'schedule_shape' holds sizes that do not fit entry 0",
         ),
         (
-            with_value("schedule.real_sizes", (1, 1), 5),
-            r"array 'schedule.real_sizes' holds "
-            r"\[2, 5\] \(entry 1\)",
+            sized(
+                schedule_shape_fields=lambda names: np.array([f"x{i}" for i in range(names.size)])
+            ),
+            r"array 'schedule_shape_fields' names the sizes \['x0', .*\], but this "
+            r"semiring_jax's ScheduleShape has \[",
         ),
         (
-            edited(**{"schedule.in_arc": np.zeros((2, 3, 1), np.int32)}),
-            r"array 'schedule.in_arc' has shape \(2, 3, 1\), expected \[..., L, R, K\]",
+            sized(dense_shape_fields=lambda names: names[::-1]),
+            r"array 'dense_shape_fields' names the sizes .*, but this semiring_jax's DenseShape",
+        ),
+        (
+            sized(schedule_shape=lambda sizes: -sizes),
+            r"array 'schedule_shape' holds \w+ = -\d+, not a size in int32",
+        ),
+        (
+            sized(dense_shape=lambda sizes: sizes.astype(np.int32)),
+            r"array 'dense_shape' has dtype int32, expected int64",
+        ),
+        (
+            sized(schedule_shape_fields=lambda names: names[:1]),
+            r"array 'schedule_shape_fields' has shape \(1,\), expected \[F\] = \(\d+,\) of str",
         ),
         (edited(cycle=np.array([0, 5])), r"array 'cycle' holds a state out of range"),
     ],
@@ -361,21 +395,136 @@ def test_float64_needs_x64():
         jax.config.update("jax_enable_x64", True)
 
 
-def test_final_mask_is_saved_and_old_files_without_it_still_load():
+def test_final_mask_is_saved():
     # A final state of weight -inf stays final through save / load.
     fsa = sj.Fsa.from_arcs([(0, 1, 1, 0.5), (1, 2, 2, 0.0)], final={1: -math.inf, 2: 0.0})
     back = round_trip(fsa)
     np.testing.assert_array_equal(back.final_mask, [False, True, True])
     assert_identical(back, fsa)
-    # A file written before final_mask existed: the finals are final_weight > -inf.
-    old = saved_arrays(sj.stack([sj.linear_fsa([1, 2]), sj.linear_fsa([3])]))
-    assert int(old["version"]) == 3
-    del old["final_mask"]
     with pytest.raises(ValueError, match=r"array 'final_mask' is missing"):
-        load_arrays(old)
-    old["version"] = np.array(2)
-    loaded = load_arrays(old)
-    np.testing.assert_array_equal(loaded.final_mask, [[False, False, True], [False, True, False]])
-    np.testing.assert_allclose(sj.tot_score(loaded), [0.0, 0.0])
+        load_arrays(edited(final_mask=None))
     with pytest.raises(ValueError, match=r"array 'final_mask' has dtype int64, expected bool"):
         load_arrays(edited(final_mask=np.zeros((2, 3), np.int64)))
+
+
+def test_the_file_holds_structure_and_sizes_only():
+    arrays = saved_arrays()
+    assert int(arrays["version"]) == 4
+    assert not [name for name in arrays if name.startswith("schedule.")]
+    batch = sj.stack([sj.linear_fsa([1, 2]), sj.linear_fsa([3])])
+    for kind, shape in (("schedule", batch.shapes.schedule), ("dense", batch.shapes.dense)):
+        np.testing.assert_array_equal(arrays[f"{kind}_shape"], tuple(shape))
+        assert tuple(arrays[f"{kind}_shape_fields"]) == shape._fields
+    # A cyclic Fsa has no level tables, so no level sizes.
+    cyclic = saved_arrays(sj.Fsa.from_arcs([(0, 1, 1, 0.0), (1, 0, 1, 0.0)], final=[1]))
+    assert cyclic["schedule_shape"].shape == cyclic["schedule_shape_fields"].shape == (0,)
+    cyclic["schedule_shape"] = arrays["schedule_shape"]
+    cyclic["schedule_shape_fields"] = arrays["schedule_shape_fields"]
+    with pytest.raises(ValueError, match=r"'schedule_shape' holds sizes, but a cyclic Fsa has no"):
+        load_arrays(cyclic)
+
+
+def test_save_needs_the_sizes_the_tables_were_built_at():
+    fsa = sj.linear_fsa([1, 2])
+    unknown = dataclasses.replace(fsa, shapes=fsa.shapes._replace(dense=None))
+    with pytest.raises(
+        ValueError, match=r"save: fsa.shapes does not record the sizes of its dense"
+    ):
+        sj.save(io.BytesIO(), unknown)
+
+
+# -- files of versions 1 to 3 -----------------------------------------------------
+
+# Written by the version-3 writer (`sj.save` before version 4), from
+# `OLD_BATCH` and `OLD_CYCLIC` below; the version 1 and 2 files are its
+# arrays less those that version lacked (`final_mask`; and for version 1 the
+# `schedule.pull_*` tables), as their writers wrote them.
+DATA = pathlib.Path(__file__).parent / "data" / "serialization"
+
+
+def old_batch():
+    acceptor = sj.Fsa.from_arcs(
+        [(0, 1, 1, 0.5), (1, 2, 2, -1.0), (0, 2, 3, 0.25)], final={2: 0.5, 1: -0.25}
+    )
+    return sj.stack([acceptor, sj.linear_fsa([4])])
+
+
+def old_cyclic():
+    cyclic = sj.Fsa.from_arcs([(0, 1, 1, 0.0), (1, 0, 2, -0.5)], final=[1])
+    return sj.stack([sj.linear_fsa([1]), cyclic])
+
+
+def old_arrays(name):
+    with np.load(DATA / name) as data:
+        return {key: data[key] for key in data.files}
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("name, expected", [("batch", old_batch), ("cyclic", old_cyclic)])
+def test_files_of_versions_1_to_3_still_load(name, expected, version):
+    # Their stored tables are checked by their headers and ignored: the
+    # schedule is built from the structure at the sizes `sj.stack` chooses.
+    back = sj.load(DATA / f"{name}_v{version}.npz")
+    assert_identical(back, expected())
+    assert (int(old_arrays(f"{name}_v{version}.npz")["version"]), back.cycle) == (
+        version,
+        expected().cycle,
+    )
+    entry = sj.unstack(expected())[0]
+    np.testing.assert_allclose(sj.tot_score(sj.unstack(back)[0]), sj.tot_score(entry))
+
+
+def test_old_files_tables_are_checked_by_their_headers_and_not_read(monkeypatch):
+    from semiring_jax._src import serialization
+
+    read = []
+    real_read = serialization._read
+    monkeypatch.setattr(
+        serialization, "_read", lambda *args: read.append(args[2]) or real_read(*args)
+    )
+    sj.load(DATA / "batch_v3.npz")
+    assert [name for name in read if name.startswith("schedule.")] == ["schedule.real_sizes"]
+    cases = [
+        (
+            {"schedule.in_arc": np.zeros((2, 3, 1), np.int32)},
+            r"array 'schedule.in_arc' has shape \(2, 3, 1\), expected \[..., L, R, K\]",
+        ),
+        (
+            {"schedule.pull_end": lambda value: value.astype(np.int64)},
+            r"array 'schedule.pull_end' has dtype int64, expected int32",
+        ),
+        (
+            {"schedule.out_arc": lambda value: value[:, :1]},
+            r"array 'schedule.out_arc' has shape \(2, 1, \d+, \d+\), expected "
+            r"\[..., L, P, Q\] = \(2, \d+, \d+, \d+\)",
+        ),
+        ({"schedule.pos_state": None}, r"array 'schedule.pos_state' is missing"),
+        (
+            {"schedule.real_sizes": lambda value: value + 5},
+            r"array 'schedule.real_sizes' holds \[8, 8\] \(entry 0\), out of range",
+        ),
+        ({"real_sizes": np.zeros((2, 2), np.int32)}, r"array 'real_sizes' is not part of the"),
+    ]
+    for changes, message in cases:
+        arrays = old_arrays("batch_v3.npz")
+        for key, change in changes.items():
+            if change is None:
+                del arrays[key]
+            else:
+                arrays[key] = change(arrays[key]) if callable(change) else change
+        with pytest.raises(ValueError, match=r"load: <file object>: " + message):
+            load_arrays(arrays)
+    version_1 = old_arrays("batch_v1.npz")
+    version_1["schedule.pull_arc"] = old_arrays("batch_v3.npz")["schedule.pull_arc"]
+    with pytest.raises(ValueError, match=r"'schedule.pull_arc' is not part of the version 1"):
+        load_arrays(version_1)
+
+
+def test_version_2_final_states_are_those_of_finite_weight():
+    arrays = old_arrays("batch_v2.npz")
+    arrays["final_weight"] = arrays["final_weight"].copy()
+    arrays["final_weight"][0, 1] = -np.inf  # state 1 of entry 0: no longer final
+    loaded = load_arrays(arrays)
+    np.testing.assert_array_equal(loaded.final_mask, [[False, False, True], [False, True, False]])
+    # Entry 0's paths: 0 -> 1 -> 2 scores 0.5 - 1.0 + 0.5, 0 -> 2 scores 0.25 + 0.5.
+    np.testing.assert_allclose(sj.tot_score(loaded), [np.logaddexp(0.0, 0.75), 0.0], rtol=1e-6)

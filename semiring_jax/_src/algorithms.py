@@ -16,7 +16,10 @@ result's non-final states store -inf (zero).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -24,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from semiring_jax._src import checks
-from semiring_jax._src.batch import check_alike, stack, unstack
+from semiring_jax._src.batch import batch_entries, check_alike, stack
 from semiring_jax._src.fsa import Fsa, assemble
 from semiring_jax._src.host import build, structure
 from semiring_jax._src.host import compose as host_compose
@@ -37,8 +40,10 @@ __all__ = [
     "compose",
     "concat",
     "connect",
+    "deferred_results",
     "intersect",
     "invert",
+    "map_entries",
     "parts_of",
     "placeholder",
     "project",
@@ -76,16 +81,16 @@ def placeholder(
     olabel: npt.ArrayLike,
     dtype: npt.DTypeLike,
     is_acceptor: bool,
-    dense_tables: bool = True,
     known_levels: np.ndarray | None = None,
     *,
     is_final: npt.ArrayLike | None = None,
+    defer: bool = False,
 ) -> Fsa:
     """An Fsa of the given structure whose weights are still to be set
     (arcs 0, final -inf), for `replace(weight=..., final_weight=...)`;
     `is_final` (bool [S]) names its final states (none by default: replacing
-    `final_weight` does not make a state final); `dense_tables` and
-    `known_levels` as in `fsa.assemble`."""
+    `final_weight` does not make a state final); `known_levels` and `defer`
+    as in `fsa.assemble`."""
     as32 = lambda values: np.asarray(values, np.int32)
     src = as32(src)
     final_mask = (
@@ -103,16 +108,46 @@ def placeholder(
             is_acceptor,
             final_mask,
         ),
-        dense_tables=dense_tables,
         known_levels=known_levels,
+        defer=defer,
     )
 
 
-def _from_sources(result: structure.Result, sources: jax.Array, zero: int) -> Fsa:
+# Within `deferred_results()`, `_from_sources` leaves the result's tables
+# unbuilt, for the `stack` of an op run entry by entry to build at once.
+_DEFERRED: contextvars.ContextVar[bool] = contextvars.ContextVar("deferred", default=False)
+
+
+@contextlib.contextmanager
+def deferred_results() -> Iterator[None]:
+    """Within it, the structural ops make their results unbuilt (`schedule`
+    None): for ops run entry by entry whose results only `stack` reads,
+    which builds each entry's tables once, at the batch's sizes."""
+    token = _DEFERRED.set(True)
+    try:
+        yield
+    finally:
+        _DEFERRED.reset(token)
+
+
+def map_entries(op: Callable[..., Fsa], *batches: Fsa, fn: str) -> Fsa:
+    """`op` on the entries of batched operands (batch_shape (B,)), its
+    results stacked. Neither the operands' entries (unbuilt: structure and
+    weights only) nor `op`'s results are built but in that one `stack`, so
+    `op` must return a structural op's result and score nothing it makes."""
+    entries = zip(*(batch_entries(batch, fn) for batch in batches))
+    with deferred_results():
+        results = [op(*entry) for entry in entries]
+    return stack(results)
+
+
+def _from_sources(result: structure.Result, sources: Any, zero: int) -> Fsa:
     """The result Fsa; each weight is the product (sum of scores) of its
-    sources' entries; a state is final where no source is `zero` (the index
-    of ZERO among the sources)."""
-    combine = lambda index: sources[index] if index.ndim == 1 else jnp.sum(sources[index], axis=-1)
+    sources' entries (gathered in numpy if `sources` is, else in JAX); a
+    state is final where no source is `zero` (the index of ZERO among the
+    sources)."""
+    xp: Any = np if isinstance(sources, np.ndarray) else jnp
+    combine = lambda index: sources[index] if index.ndim == 1 else xp.sum(sources[index], axis=-1)
     is_final = result.final_source != zero
     if is_final.ndim == 2:  # a pair: final in both operands
         is_final = is_final.all(axis=1)
@@ -125,17 +160,22 @@ def _from_sources(result: structure.Result, sources: jax.Array, zero: int) -> Fs
         sources.dtype,
         result.is_acceptor,
         is_final=is_final,
+        defer=_DEFERRED.get(),
     ).replace(weight=combine(result.arc_source), final_weight=combine(result.final_source))
 
 
 def _assemble(operands: Sequence[Fsa], result: structure.Result) -> Fsa:
-    """The result Fsa, its weights gathered from the operands' (in JAX)."""
+    """The result Fsa, its weights gathered from the operands' in JAX where
+    one is traced (so that gradients flow), else in numpy (no gradient to
+    carry, and no device round trip)."""
+    weights = [leaf for fsa in operands for leaf in (fsa.weight, fsa.final_weight)]
+    xp: Any = jnp if any(checks.is_traced(leaf) for leaf in weights) else np
     pieces = []
     for fsa in operands:
         real = np.flatnonzero(np.asarray(fsa.arc_mask))
-        pieces += [jnp.asarray(fsa.weight)[real], jnp.asarray(fsa.final_weight)]
+        pieces += [xp.asarray(fsa.weight)[real], xp.asarray(fsa.final_weight)]
     dtype = operands[0].dtype
-    sources = jnp.concatenate([*pieces, jnp.array([-jnp.inf, 0.0], dtype)])
+    sources = xp.concatenate([*pieces, xp.array([-np.inf, 0.0], dtype)])
     return _from_sources(result, sources, zero=sources.shape[0] - 2)
 
 
@@ -149,9 +189,11 @@ def trimmed_fsa(
     arc_weight: jax.Array,
     final_weight: jax.Array,
     is_acceptor: bool,
+    useful: np.ndarray | None = None,
 ) -> Fsa:
     """An Fsa of computed weights ([A], [S]), trimmed to the states on a
-    successful path (start kept); `is_final` [S] is the structure's."""
+    successful path (start kept); `is_final` [S] is the structure's;
+    `useful` (bool [S]): those states, where the caller knows them."""
     src = np.asarray(src)
     num_arcs = len(src)
     sources = structure.Sources([0], [num_arcs], num_arcs + num_states, num_arcs + num_states + 1)
@@ -166,10 +208,17 @@ def trimmed_fsa(
         final_source,
         is_acceptor,
     )
-    values = jnp.concatenate(
-        [arc_weight, final_weight, jnp.array([-jnp.inf, 0.0], arc_weight.dtype)]
+    # Concrete weights are gathered in numpy (see `_assemble`).
+    xp: Any = jnp if any(checks.is_traced(w) for w in (arc_weight, final_weight)) else np
+    values = xp.concatenate(
+        [
+            xp.asarray(arc_weight),
+            xp.asarray(final_weight),
+            xp.array([-np.inf, 0.0], arc_weight.dtype),
+        ]
     )
-    return _from_sources(structure.trimmed(result, sources), values, sources.zero)
+    kept = structure.trimmed(result, sources, useful=useful)
+    return _from_sources(kept, values, sources.zero)
 
 
 def check_operands(operands: Sequence[Fsa], fn: str, same_kind: bool = True) -> None:
@@ -191,8 +240,9 @@ def _apply(
     """`make(parts)` on unbatched operands, entry by entry on batched ones."""
     check_operands(operands, fn, same_kind)
     if operands[0].batch_shape:
-        entries = zip(*(unstack(fsa) for fsa in operands))
-        return stack([_apply(fn, list(entry), make, same_kind) for entry in entries])
+        return map_entries(
+            lambda *entry: _apply(fn, list(entry), make, same_kind), *operands, fn=fn
+        )
     result = make([parts_of(fsa, fn) for fsa in operands])
     return _assemble(operands, result)
 
@@ -553,10 +603,24 @@ def prune(fsa: Fsa, beam: float) -> Fsa:
     for name in ("weight", "final_weight"):
         checks.check_not_traced(getattr(fsa, name), name, "prune")
 
-    if fsa.batch_shape:
-        return stack([prune(entry, beam) for entry in unstack(fsa)])
+    # The scores of a batch are computed on the batch: its entries are
+    # pruned unbuilt (see `map_entries`), each built once when stacked.
     alpha = np.asarray(forward_scores(fsa, TROPICAL), np.float64)
     beta = np.asarray(backward_scores(fsa, TROPICAL), np.float64)
+    if not fsa.batch_shape:
+        return _pruned(fsa, alpha, beta, beam)
+    entries = batch_entries(fsa, "prune")
+    with deferred_results():
+        results = [
+            _pruned(entry, alpha[b, : entry.num_states], beta[b, : entry.num_states], beam)
+            for b, entry in enumerate(entries)
+        ]
+    return stack(results)
+
+
+def _pruned(fsa: Fsa, alpha: np.ndarray, beta: np.ndarray, beam: float) -> Fsa:
+    """`prune` of an unbatched Fsa, given its TROPICAL forward and backward
+    scores [S]."""
     real = np.flatnonzero(np.asarray(fsa.arc_mask))
     src, dst = np.asarray(fsa.src)[real], np.asarray(fsa.dst)[real]
     best = beta[0]

@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from semiring_jax._src import checks
-from semiring_jax._src.fsa import Fsa, assemble
-from semiring_jax._src.host import build, schedule
+from semiring_jax._src.fsa import Entry, Fsa, assemble, build_tables, is_built
+from semiring_jax._src.host import build, levels, schedule
 from semiring_jax._src.schedule import Schedule
 
-__all__ = ["check_alike", "jit_over_batch", "map_batch", "pad_entry", "stack", "unstack"]
+__all__ = [
+    "batch_entries",
+    "check_alike",
+    "jit_over_batch",
+    "map_batch",
+    "pad_entry",
+    "stack",
+    "stack_entries",
+    "unstack",
+]
 
 
 def map_batch(fn: Callable[..., Any], fsa: Fsa, *args: Any) -> Any:
@@ -91,6 +99,19 @@ def stack(fsas: Sequence[Fsa], *, bucket: bool = False) -> Fsa:
       False [[1]
        [3]]
     """
+    return stack_entries(fsas, bucket=bucket)
+
+
+def stack_entries(
+    fsas: Sequence[Fsa],
+    *,
+    bucket: bool = False,
+    lengths: Sequence[levels.PathLengths] | None = None,
+) -> Fsa:
+    """`stack`, whose entries may be deferred Fsas (`assemble(...,
+    defer=True)`, no schedule yet): every entry's tables are built once, at
+    the batch's sizes. `lengths`: each entry's `levels.path_lengths` (of its
+    own states), where the caller knows them."""
     fsas = list(fsas)
     if not fsas:
         raise ValueError("stack: needs at least one Fsa, got an empty sequence")
@@ -102,29 +123,29 @@ def stack(fsas: Sequence[Fsa], *, bucket: bool = False) -> Fsa:
                 f"(batch_shape={fsa.batch_shape}); unstack it first"
             )
     is_acceptor = all(fsa.is_acceptor for fsa in fsas)
-    if not is_acceptor:  # promote the acceptors: olabel is the (only) label
-        fsas = [
-            dataclasses.replace(fsa, olabel=fsa.ilabel, is_acceptor=False)
-            if fsa.is_acceptor
-            else fsa
-            for fsa in fsas
-        ]
     num_states = max(fsa.num_states for fsa in fsas)
     num_arcs = max(fsa.num_arcs for fsa in fsas)
-    shape = _common_shape(fsas, bucket)
     if bucket:
         num_states, num_arcs = _bucket(num_states), _bucket(num_arcs)
-    padded = [pad_entry(fsa, num_states, num_arcs, shape) for fsa in fsas]
-    cycle = next((entry.cycle for entry in padded if entry.cycle), ())
-    if cycle:  # one cyclic entry: no schedule for anyone, score ops refuse it
-        padded = [entry if entry.cycle else _without_schedule(entry) for entry in padded]
-    in_width = max(entry.schedule.state_in_arcs.shape[1] for entry in padded)
-    out_width = max(entry.schedule.state_out_arcs.shape[1] for entry in padded)
-    padded = [_widen_arc_tables(entry, in_width, out_width) for entry in padded]
-    leaves = jax.tree_util.tree_map(
-        lambda *values: _stack_leaves(values), *[_array_fields(entry) for entry in padded]
+    padded = [_padded(fsa, num_states, num_arcs, is_acceptor) for fsa in fsas]
+    entries = [Entry(num_states, p.arrays.src, p.arrays.dst, p.arc_mask) for p in padded]
+    if lengths is not None:
+        lengths = [_pad_lengths(entry_lengths, num_states) for entry_lengths in lengths]
+    built = build_tables(entries, round_up=_bucket if bucket else _identity, lengths=lengths)
+    fields = {
+        name: _stack_leaves([getattr(p.arrays, name) for p in padded])
+        for name in ("src", "dst", "ilabel", "olabel", "weight", "final_weight")
+    }
+    tables = {name: np.stack([t[name] for t in built.tables]) for name in built.tables[0]}
+    return Fsa(
+        **fields,
+        arc_mask=np.stack([p.arc_mask for p in padded]),
+        final_mask=np.stack([p.final_mask for p in padded]),
+        schedule=Schedule(**tables, real_sizes=np.stack([p.real_sizes for p in padded])),
+        cycle=built.cycle,
+        is_acceptor=is_acceptor,
+        shapes=built.shapes,
     )
-    return Fsa(**leaves, cycle=cycle, is_acceptor=is_acceptor)
 
 
 def check_alike(
@@ -147,21 +168,25 @@ def check_alike(
             )
 
 
-def _common_shape(fsas: Sequence[Fsa], bucket: bool) -> schedule.ScheduleShape | None:
-    """The smallest schedule shape that fits every entry; None if one is cyclic."""
-    real_arcs = []
-    for fsa in fsas:
-        src, dst, arc_mask = _host_structure(fsa, "stack")
-        real_arcs.append((fsa.num_states, src[arc_mask], dst[arc_mask]))
-    return schedule.common_shape(real_arcs, _bucket if bucket else (lambda size: size))
+def _identity(size: int) -> int:
+    return size
 
 
-def pad_entry(
-    fsa: Fsa, num_states: int, num_arcs: int, shape: schedule.ScheduleShape | None
-) -> Fsa:
-    """One unbatched Fsa padded to `num_states`, `num_arcs` and `shape`."""
+class _Padded(NamedTuple):
+    """One entry's host arrays padded to the batch's sizes."""
+
+    arrays: build.ArcArrays
+    arc_mask: np.ndarray  # bool [A]
+    final_mask: np.ndarray  # bool [S]
+    real_sizes: np.ndarray  # int32 [2]
+
+
+def _padded(fsa: Fsa, num_states: int, num_arcs: int, is_acceptor: bool) -> _Padded:
+    """`fsa`'s arrays padded to `num_states` and `num_arcs`; an acceptor in
+    a transducer batch (`is_acceptor` False) gets olabel = ilabel."""
     src, dst, arc_mask = _host_structure(fsa, "stack")
     final_mask = checks.concrete(fsa.final_mask, "final_mask", "stack").astype(bool)
+    olabel = fsa.olabel if is_acceptor or not fsa.is_acceptor else fsa.ilabel
     # Padding weights are -inf, the zero of LOG and TROPICAL; other
     # semirings never read them, as `arc_mask` and `final_mask` are False.
     arrays = build.ArcArrays(
@@ -169,57 +194,37 @@ def pad_entry(
         _pad(src, num_arcs, 0),
         _pad(dst, num_arcs, 0),
         _pad(np.asarray(fsa.ilabel), num_arcs, 0),
-        _pad(np.asarray(fsa.olabel), num_arcs, 0),
+        _pad(np.asarray(olabel), num_arcs, 0),
         _pad(fsa.weight, num_arcs, -np.inf),
         _pad(fsa.final_weight, num_states, -np.inf),
-        fsa.is_acceptor,
+        is_acceptor,
+    )
+    if is_built(fsa):
+        real_sizes = checks.concrete(fsa.schedule.real_sizes, "schedule", "stack")
+    else:
+        real_sizes = np.array([fsa.num_states, fsa.num_arcs])
+    return _Padded(
+        arrays,
+        _pad(arc_mask, num_arcs, False),
         _pad(final_mask, num_states, False),
+        np.asarray(real_sizes, np.int32),
     )
-    real_sizes = checks.concrete(fsa.schedule.real_sizes, "schedule", "stack")
+
+
+def _pad_lengths(lengths: levels.PathLengths, num_states: int) -> levels.PathLengths:
+    """Path lengths of an entry padded with states of no arc (lengths 0)."""
+    return levels.PathLengths(*(_pad(np.asarray(v), num_states, 0) for v in lengths))
+
+
+def pad_entry(
+    fsa: Fsa, num_states: int, num_arcs: int, shape: schedule.ScheduleShape | None
+) -> Fsa:
+    """One unbatched Fsa padded to `num_states`, `num_arcs` and `shape`."""
+    padded = _padded(fsa, num_states, num_arcs, fsa.is_acceptor)
+    arrays = padded.arrays._replace(final_mask=padded.final_mask)
     return assemble(
-        arrays, arc_mask=_pad(arc_mask, num_arcs, False), shape=shape, real_sizes=tuple(real_sizes)
+        arrays, arc_mask=padded.arc_mask, shape=shape, real_sizes=tuple(padded.real_sizes)
     )
-
-
-def _array_fields(fsa: Fsa) -> dict[str, Any]:
-    """The pytree children of `fsa` by name (everything but the metadata)."""
-    return {
-        field.name: getattr(fsa, field.name)
-        for field in dataclasses.fields(fsa)
-        if field.name not in ("cycle", "is_acceptor")
-    }
-
-
-def _without_schedule(fsa: Fsa) -> Fsa:
-    tables = schedule.empty_schedule_arrays(fsa.num_states, fsa.num_arcs)
-    old = fsa.schedule
-    return Fsa(
-        **{
-            **_array_fields(fsa),
-            "schedule": Schedule(
-                **tables,
-                real_sizes=old.real_sizes,
-                state_in_arcs=old.state_in_arcs,
-                state_out_arcs=old.state_out_arcs,
-            ),
-        },
-        cycle=(),
-        is_acceptor=fsa.is_acceptor,
-    )
-
-
-def _widen_arc_tables(fsa: Fsa, in_width: int, out_width: int) -> Fsa:
-    """`fsa` with its per-state arc tables padded to the batch's widths."""
-    old = fsa.schedule
-    widen = lambda table, width: np.pad(
-        table, ((0, 0), (0, width - table.shape[1])), constant_values=fsa.num_arcs
-    )
-    new = dataclasses.replace(
-        old,
-        state_in_arcs=widen(old.state_in_arcs, in_width),
-        state_out_arcs=widen(old.state_out_arcs, out_width),
-    )
-    return dataclasses.replace(fsa, schedule=new)
 
 
 def _host_structure(fsa: Fsa, fn: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -228,6 +233,41 @@ def _host_structure(fsa: Fsa, fn: str) -> tuple[np.ndarray, np.ndarray, np.ndarr
         checks.concrete(fsa.dst, "dst", fn).astype(np.int32),
         checks.concrete(fsa.arc_mask, "arc_mask", fn).astype(bool),
     )
+
+
+def _entry_arrays(batch: Fsa, fn: str) -> list[tuple[build.ArcArrays, np.ndarray]]:
+    """Each entry's arrays (and arc_mask) at its real sizes."""
+    if len(batch.batch_shape) != 1:
+        raise ValueError(f"{fn}: expects batch_shape (B,), got {batch.batch_shape}")
+    src, dst, arc_mask = _host_structure(batch, fn)
+    final_mask = checks.concrete(batch.final_mask, "final_mask", fn).astype(bool)
+    ilabel = checks.concrete(batch.ilabel, "ilabel", fn)
+    olabel = checks.concrete(batch.olabel, "olabel", fn)
+    sizes = checks.concrete(batch.schedule.real_sizes, "schedule", fn)
+    entries = []
+    for b, (num_states, num_arcs) in enumerate(sizes.tolist()):
+        arrays = build.ArcArrays(
+            num_states,
+            src[b, :num_arcs],
+            dst[b, :num_arcs],
+            ilabel[b, :num_arcs],
+            olabel[b, :num_arcs],
+            batch.weight[b, :num_arcs],
+            batch.final_weight[b, :num_states],
+            batch.is_acceptor,
+            final_mask[b, :num_states],
+        )
+        entries.append((arrays, arc_mask[b, :num_arcs]))
+    return entries
+
+
+def batch_entries(batch: Fsa, fn: str) -> list[Fsa]:
+    """The entries of a batched Fsa at their real sizes, deferred (no
+    schedule built): for structural ops, which read structure and weights
+    only, and stack what they make of them."""
+    return [
+        assemble(arrays, arc_mask=mask, defer=True) for arrays, mask in _entry_arrays(batch, fn)
+    ]
 
 
 def unstack(batch: Fsa) -> list[Fsa]:
@@ -248,23 +288,4 @@ def unstack(batch: Fsa) -> list[Fsa]:
       >>> [entry.num_arcs for entry in entries]
       [3, 1]
     """
-    if len(batch.batch_shape) != 1:
-        raise ValueError(f"unstack: expects batch_shape (B,), got {batch.batch_shape}")
-    src, dst, arc_mask = _host_structure(batch, "unstack")
-    final_mask = checks.concrete(batch.final_mask, "final_mask", "unstack").astype(bool)
-    sizes = checks.concrete(batch.schedule.real_sizes, "schedule", "unstack")
-    entries = []
-    for b, (num_states, num_arcs) in enumerate(sizes.tolist()):
-        arrays = build.ArcArrays(
-            num_states,
-            src[b, :num_arcs],
-            dst[b, :num_arcs],
-            np.asarray(batch.ilabel[b, :num_arcs]),
-            np.asarray(batch.olabel[b, :num_arcs]),
-            batch.weight[b, :num_arcs],
-            batch.final_weight[b, :num_states],
-            batch.is_acceptor,
-            final_mask[b, :num_states],
-        )
-        entries.append(assemble(arrays, arc_mask=arc_mask[b, :num_arcs]))
-    return entries
+    return [assemble(arrays, arc_mask=mask) for arrays, mask in _entry_arrays(batch, "unstack")]

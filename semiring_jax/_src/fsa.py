@@ -2,15 +2,17 @@
 
 Arrays are leaves, the precomputed `Schedule` tables included, so an Fsa
 passes through `jax.jit`, `jax.vmap`, `jax.grad` and `jax.device_put`. The
-only static metadata are two small Python values (whether it is an acceptor,
-and a cycle if it has one); padded sizes are read from array shapes.
+only static metadata are small Python values (whether it is an acceptor, a
+cycle if it has one, and the sizes its tables were built at); padded sizes
+are read from array shapes.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from typing import Any
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -21,11 +23,31 @@ from semiring_jax._src.host import arc_tables, build, dot, levels, schedule, tex
 from semiring_jax._src.host.symbols import SymbolTable
 from semiring_jax._src.schedule import Schedule
 
-__all__ = ["Fsa", "assemble"]
+__all__ = ["Built", "Entry", "Fsa", "Shapes", "assemble", "build_tables", "from_tables"]
 
 
 _STRUCTURE_FIELDS = ("src", "dst", "arc_mask")
 _FREE_FIELDS = ("ilabel", "olabel", "weight", "final_weight", "final_mask")
+
+
+class Shapes(NamedTuple):
+    """The padded sizes an Fsa's tables were built at, as the builders chose
+    them: static metadata, which `sj.save` stores so that `sj.load` builds
+    the same tables again.
+
+    Attributes:
+      schedule: the level tables' `ScheduleShape`; None for a cyclic Fsa
+        (it has none) or where the sizes are not known.
+      dense: the dense-intersection tables' `DenseShape`; None where the
+        sizes are not known.
+    """
+
+    schedule: Any = None
+    dense: Any = None
+
+
+# No sizes known (or chosen): the builders choose them.
+UNKNOWN_SHAPES = Shapes()
 
 
 # eq=False: comparing or hashing arrays field by field is ill-defined;
@@ -57,6 +79,8 @@ class Fsa:
       schedule: the index tables the score recursions gather through.
       cycle: static; () if acyclic, else the states of one cycle.
       is_acceptor: static; True for an acceptor (olabel == ilabel).
+      shapes: static; the padded sizes the tables were built at (`Shapes`),
+        which `sj.save` stores.
 
     Examples:
       >>> import semiring_jax as sj
@@ -78,6 +102,7 @@ class Fsa:
     schedule: Schedule
     cycle: tuple[int, ...] = ()
     is_acceptor: bool = True
+    shapes: Shapes = UNKNOWN_SHAPES
 
     # -- shape information, read from the arrays -------------------------------
 
@@ -198,7 +223,11 @@ class Fsa:
             naming the line number (integers are ASCII digits within int32,
             weights ASCII decimals or infinities; a weight `dtype` cannot
             hold, or a state id past the bound of `from_arcs`, is refused
-            too); for an acceptor given two different tables.
+            too); for an acceptor given two different tables; for a file
+            name instead of text (a path object, or one line that does not
+            parse and is one field or names an existing file), naming
+            `Fsa.read_openfst`, which reads files.
+          TypeError: for a `text` that is not a str.
         Examples:
           >>> import semiring_jax as sj
           >>> fsa = sj.Fsa.from_openfst("0 1 7 0.5\\n1 2 8 1.0\\n2\\n")
@@ -210,11 +239,58 @@ class Fsa:
           [1 2]
         """
         dtype = checks.check_float_dtype(dtype, "dtype", "from_openfst")
-        return assemble(
-            text_io.parse_openfst(
+        try:
+            arrays = text_io.parse_openfst(
                 text, acceptor=acceptor, dtype=dtype, isymbols=isymbols, osymbols=osymbols
             )
+        except ValueError:
+            # Checked only once parsing failed: valid text is never refused.
+            if isinstance(text, str) and text_io.looks_like_a_path(text):
+                raise text_io.path_error("from_openfst", text.strip()) from None
+            raise
+        return assemble(arrays)
+
+    @classmethod
+    def read_openfst(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        acceptor: bool | None = None,
+        dtype: Any = np.float32,
+        isymbols: SymbolTable | None = None,
+        osymbols: SymbolTable | None = None,
+    ) -> Fsa:
+        """Reads a file of OpenFst's AT&T text: `from_openfst` of its contents.
+
+        Args:
+          path: the file's name; its text must be UTF-8.
+          acceptor: force acceptor (True) or transducer (False) reading.
+          dtype: float32 (default) or float64.
+          isymbols: a `sj.SymbolTable` for the input labels, or None.
+          osymbols: a `sj.SymbolTable` for the output labels, or None.
+        Returns:
+          An unbatched Fsa.
+        Raises:
+          ValueError: as `from_openfst`, with the file's name before the
+            line number; for a file that is not UTF-8 (naming its line and
+            column); for text given instead of a name (a str with a line
+            break), naming `from_openfst`.
+          OSError: for a file that cannot be read.
+        Examples:
+          >>> import os, tempfile
+          >>> import semiring_jax as sj
+          >>> path = os.path.join(tempfile.mkdtemp(), "lattice.txt")
+          >>> with open(path, "w") as file:
+          ...     _ = file.write("0 1 7 0.5\\n1 2 8 1.0\\n2\\n")
+          >>> print(sj.Fsa.read_openfst(path).weight)
+          [-0.5 -1. ]
+        """
+        dtype = checks.check_float_dtype(dtype, "dtype", "read_openfst")
+        text, where = text_io.read_file(path, "read_openfst")
+        arrays = text_io.parse_openfst(
+            text, acceptor=acceptor, dtype=dtype, isymbols=isymbols, osymbols=osymbols, fn=where
         )
+        return assemble(arrays)
 
     @classmethod
     def from_k2(cls, text: str, *, dtype: Any = np.float32) -> Fsa:
@@ -589,7 +665,7 @@ jax.tree_util.register_dataclass(
         "final_mask",
         "schedule",
     ],
-    meta_fields=["cycle", "is_acceptor"],
+    meta_fields=["cycle", "is_acceptor", "shapes"],
 )
 
 
@@ -624,105 +700,138 @@ def _rebuild(fsa: Fsa) -> Fsa:
             raise ValueError(
                 f"replace: arc {i} has {name}={values[i]} but num_states={fsa.num_states}"
             )
-    rebuilt = _schedule_fields(
-        fsa.num_states, src, dst, arc_mask, None, np.array([fsa.num_states, fsa.num_arcs], np.int32)
+    built = build_tables([Entry(fsa.num_states, src, dst, arc_mask)])
+    real_sizes = np.array([fsa.num_states, fsa.num_arcs], np.int32)
+    return dataclasses.replace(
+        fsa,
+        src=src,
+        dst=dst,
+        arc_mask=arc_mask,
+        schedule=Schedule(**built.tables[0], real_sizes=real_sizes),
+        cycle=built.cycle,
+        shapes=built.shapes,
     )
-    return dataclasses.replace(fsa, src=src, dst=dst, arc_mask=arc_mask, **rebuilt)
 
 
-def _schedule_fields(
-    num_states: int,
-    src: np.ndarray,
-    dst: np.ndarray,
-    arc_mask: np.ndarray,
-    shape: schedule.ScheduleShape | None,
-    real_sizes: np.ndarray,
-    dense_tables: bool = True,
-    known_levels: np.ndarray | None = None,
-) -> dict[str, Any]:
-    """The `schedule` and `cycle` fields for the given structure."""
-    real_src, real_dst = src[arc_mask], dst[arc_mask]
-    if known_levels is not None:  # levels that go up every arc: acyclic
-        tables = schedule.build_schedule_arrays(
-            num_states, src, dst, arc_mask, shape, levels=known_levels
-        )
-        return _with_arc_tables(num_states, src, dst, arc_mask, tables, real_sizes, dense_tables)
-    # The longest paths both prove the FSA acyclic and seed its levels.
-    lengths = levels.path_lengths(num_states, real_src, real_dst)
-    if lengths is None:
-        cycle = levels.find_cycle(num_states, real_src, real_dst)
-        tables = schedule.empty_schedule_arrays(num_states, src.shape[0])
-    else:
-        cycle = ()
-        tables = schedule.build_schedule_arrays(num_states, src, dst, arc_mask, shape, lengths)
-    fields = _with_arc_tables(num_states, src, dst, arc_mask, tables, real_sizes, dense_tables)
-    return dict(fields, cycle=cycle)
+class Entry(NamedTuple):
+    """One FSA's structure as the table builders take it."""
+
+    num_states: int  # S (padded)
+    src: np.ndarray  # int32 [A] (padded)
+    dst: np.ndarray  # int32 [A]
+    arc_mask: np.ndarray  # bool [A]
 
 
-def _with_arc_tables(
-    num_states: int,
-    src: np.ndarray,
-    dst: np.ndarray,
-    arc_mask: np.ndarray,
-    tables: dict[str, np.ndarray],
-    real_sizes: np.ndarray,
-    dense_tables: bool,
-) -> dict[str, Any]:
-    """The `schedule` field (level tables plus, if asked, dense ones) and
-    an empty `cycle`."""
-    if dense_tables:
-        by_state = dict(
-            state_in_arcs=arc_tables.arcs_by_state(num_states, dst, arc_mask),
-            state_out_arcs=arc_tables.arcs_by_state(num_states, src, arc_mask),
-        )
-    else:
-        empty = np.zeros((num_states, 0), np.int32)
-        by_state = dict(state_in_arcs=empty, state_out_arcs=empty)
-    return dict(schedule=Schedule(**tables, real_sizes=real_sizes, **by_state), cycle=())
+class Built(NamedTuple):
+    """The tables of a batch's entries, each built once, at common sizes."""
+
+    tables: list[dict[str, np.ndarray]]  # per entry, every Schedule field but real_sizes
+    cycle: tuple[int, ...]  # the first cyclic entry's cycle; () if none
+    shapes: Shapes
 
 
-def assemble(
-    arrays: build.ArcArrays,
+def _identity(size: int) -> int:
+    return size
+
+
+def _path_lengths(entry: Entry) -> levels.PathLengths | None:
+    return levels.path_lengths(
+        entry.num_states, entry.src[entry.arc_mask], entry.dst[entry.arc_mask]
+    )
+
+
+def build_tables(
+    entries: Sequence[Entry],
     *,
-    arc_mask: np.ndarray | None = None,
-    shape: schedule.ScheduleShape | None = None,
-    real_sizes: tuple[int, int] | None = None,
-    dense_tables: bool = True,
-    known_levels: np.ndarray | None = None,
-) -> Fsa:
-    """An Fsa from validated host arrays, with its schedule computed.
+    round_up: Callable[[int], int] = _identity,
+    shapes: Shapes = UNKNOWN_SHAPES,
+    lengths: Sequence[levels.PathLengths | None] | None = None,
+    cycle: tuple[int, ...] = (),
+) -> Built:
+    """Every entry's tables, each built once, at sizes common to all.
+
+    The longest paths of each entry are found once (unless given) and both
+    prove it acyclic and seed its levels. One cyclic entry leaves every
+    entry without level tables (zero-sized) and gives the batch its cycle;
+    the per-state arc tables are built for cyclic entries too.
 
     Args:
-      arrays: validated structure and weights.
-      arc_mask: bool [A]; all True by default.
-      shape: pad the schedule to at least these sizes (for stacking).
-      real_sizes: (states, arcs) before padding; the array sizes by default.
-      dense_tables: False leaves the per-state arc tables of dense
-        intersection empty ([S, 0]), for internal graphs that only the level
-        recursions read: one high-degree state pads those tables to S times
-        its degree (the dense ops refuse such an Fsa).
-      known_levels: int [S], levels that every arc goes up, for internal
-        graphs whose builder knows them (no longest-path or balancing
-        passes; a ValueError if an arc does not go up).
+      entries: each entry's structure, all of one S and A (padded).
+      round_up: applied to every size the builders choose (a bucketing
+        ladder); not to given `shapes`.
+      shapes: sizes to build at instead of choosing them (either may be
+        None: chosen); `sj.load` gives a file's.
+      lengths: `levels.path_lengths` of each entry's real arcs, if known.
+      cycle: a cycle the caller knows the batch to have (a file's): no
+        longest paths are sought and no level tables built.
+    Returns:
+      The tables of each entry, the batch's cycle, and the sizes used.
+    Raises:
+      ValueError: from the builders, if given level sizes are too small.
     """
-    num_arcs = arrays.src.shape[0]
-    if arc_mask is None:
-        arc_mask = np.ones(num_arcs, dtype=bool)
-    if real_sizes is None:
-        real_sizes = (arrays.num_states, num_arcs)
-    final_mask = arrays.final_mask
-    if final_mask is None:  # the format's own rule: a weight > -inf is final
-        final_mask = checks.concrete(arrays.final_weight, "final_weight", "assemble") > -np.inf
-    structure = _schedule_fields(
-        arrays.num_states,
-        arrays.src,
-        arrays.dst,
-        arc_mask,
-        shape,
-        np.asarray(real_sizes, np.int32),
-        dense_tables,
-        known_levels,
-    )
+    found = list(lengths) if lengths is not None else []
+    if not cycle and lengths is None:
+        for entry in entries:
+            found.append(_path_lengths(entry))
+            if found[-1] is None:  # the batch is cyclic: no level tables for any
+                break
+    cyclic = next((i for i, entry_lengths in enumerate(found) if entry_lengths is None), None)
+    if not cycle and cyclic is not None:
+        entry = entries[cyclic]
+        cycle = levels.find_cycle(
+            entry.num_states, entry.src[entry.arc_mask], entry.dst[entry.arc_mask]
+        )
+    level_shape = None
+    if cycle:
+        level_tables = [
+            schedule.empty_schedule_arrays(e.num_states, e.src.shape[0]) for e in entries
+        ]
+    elif shapes.schedule is not None:
+        level_shape = shapes.schedule
+        level_tables = [
+            schedule.build_schedule_arrays(*entry, shape=level_shape, lengths=entry_lengths)
+            for entry, entry_lengths in zip(entries, found)
+        ]
+    else:
+        common = schedule.build_common(entries, round_up, found)
+        assert common is not None  # every entry is acyclic
+        level_shape, level_tables = common
+    dense, dense_shape = _dense_tables(entries, shapes.dense)
+    tables = [dict(level, **by_state) for level, by_state in zip(level_tables, dense)]
+    return Built(tables, cycle, Shapes(level_shape, dense_shape))
+
+
+def _dense_tables(entries: Sequence[Entry], shape: Any) -> tuple[list[dict[str, np.ndarray]], Any]:
+    """Each entry's dense-intersection tables at `shape` (the entries'
+    common sizes if None), and the shape."""
+    if shape is None:
+        shape = arc_tables.common_dense_shape([arc_tables.dense_shape(*entry) for entry in entries])
+    return [arc_tables.build_dense_tables(*entry, shape=shape) for entry in entries], shape
+
+
+def _at_levels(entry: Entry, known_levels: np.ndarray) -> Built:
+    """The tables of an internal graph at levels its builder knows (every
+    arc goes up them): no longest paths, no balancing; its level sizes are
+    not recorded (the builder chooses them from the levels)."""
+    level = schedule.build_schedule_arrays(*entry, levels=known_levels)
+    (by_state,), dense_shape = _dense_tables([entry], None)
+    return Built([dict(level, **by_state)], (), Shapes(None, dense_shape))
+
+
+def from_tables(
+    arrays: build.ArcArrays,
+    arc_mask: np.ndarray,
+    final_mask: np.ndarray,
+    real_sizes: np.ndarray | None,
+    built: Built | None,
+) -> Fsa:
+    """The Fsa of validated arrays and their prebuilt tables (entry 0 of
+    `built`); with `built` None, one whose tables are still to be built
+    (`schedule` None), which only `sj.stack` takes."""
+    tables: Any = None  # built by sj.stack
+    if built is not None:
+        assert real_sizes is not None  # given with the tables
+        tables = Schedule(**built.tables[0], real_sizes=real_sizes)
     return Fsa(
         src=arrays.src,
         dst=arrays.dst,
@@ -732,6 +841,54 @@ def assemble(
         final_weight=arrays.final_weight,
         arc_mask=arc_mask,
         final_mask=np.asarray(final_mask, bool),
+        schedule=tables,
+        cycle=() if built is None else built.cycle,
         is_acceptor=arrays.is_acceptor,
-        **structure,
+        shapes=UNKNOWN_SHAPES if built is None else built.shapes,
     )
+
+
+def is_built(fsa: Fsa) -> bool:
+    """False for an Fsa made with `assemble(..., defer=True)`."""
+    return fsa.schedule is not None
+
+
+def assemble(
+    arrays: build.ArcArrays,
+    *,
+    arc_mask: np.ndarray | None = None,
+    shape: schedule.ScheduleShape | None = None,
+    real_sizes: tuple[int, int] | None = None,
+    known_levels: np.ndarray | None = None,
+    defer: bool = False,
+) -> Fsa:
+    """An Fsa from validated host arrays, with its schedule computed.
+
+    Args:
+      arrays: validated structure and weights.
+      arc_mask: bool [A]; all True by default.
+      shape: pad the schedule to these sizes (e.g. a batch's).
+      real_sizes: (states, arcs) before padding; the array sizes by default.
+      known_levels: int [S], levels that every arc goes up, for internal
+        graphs whose builder knows them (no longest-path or balancing
+        passes; a ValueError if an arc does not go up).
+      defer: build nothing: the Fsa has no schedule (None) until `sj.stack`
+        builds every entry's at once; only structural ops that stack their
+        results make such an Fsa, and only `stack` takes one.
+    """
+    num_arcs = arrays.src.shape[0]
+    if arc_mask is None:
+        arc_mask = np.ones(num_arcs, dtype=bool)
+    final_mask = arrays.final_mask
+    if final_mask is None:  # the format's own rule: a weight > -inf is final
+        final_mask = checks.concrete(arrays.final_weight, "final_weight", "assemble") > -np.inf
+    if defer:
+        return from_tables(arrays, arc_mask, final_mask, None, None)
+    if real_sizes is None:
+        real_sizes = (arrays.num_states, num_arcs)
+    entry = Entry(arrays.num_states, arrays.src, arrays.dst, arc_mask)
+    if known_levels is not None:
+        built = _at_levels(entry, known_levels)
+    else:
+        built = build_tables([entry], shapes=Shapes(shape))
+    return from_tables(arrays, arc_mask, final_mask, np.asarray(real_sizes, np.int32), built)

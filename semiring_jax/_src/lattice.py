@@ -15,10 +15,10 @@ import numpy.typing as npt
 
 from semiring_jax._src import checks
 from semiring_jax._src.algorithms import parts_of, placeholder
-from semiring_jax._src.batch import stack
+from semiring_jax._src.batch import stack_entries
 from semiring_jax._src.dense import check_emissions, check_graph, check_lengths
 from semiring_jax._src.fsa import Fsa
-from semiring_jax._src.host import lattice
+from semiring_jax._src.host import lattice, levels
 
 __all__ = ["intersect_dense"]
 
@@ -70,15 +70,33 @@ def intersect_dense(
     lengths = checks.concrete(lengths, "lengths", "intersect_dense")
     check_lengths(lengths, batch, num_frames, "intersect_dense", "lengths", "T")
     check_graph(graph, batch, num_columns, emissions.dtype, "intersect_dense")
-    lattices = [_one_lattice(_entry(graph, b), emissions[b], int(lengths[b])) for b in range(batch)]
-    return stack(lattices)
+    # Each lattice is built once, in the stack; its longest paths are known
+    # from the frames (see `_path_lengths`).
+    found = [_one_lattice(_entry(graph, b), emissions[b], int(lengths[b])) for b in range(batch)]
+    lattices, path_lengths = [fsa for fsa, _ in found], [known for _, known in found]
+    return stack_entries(lattices, lengths=path_lengths)
 
 
 def _entry(graph: Fsa, b: int) -> Fsa:
     return graph if not graph.batch_shape else jax.tree_util.tree_map(lambda x: x[b], graph)
 
 
-def _one_lattice(graph: Fsa, emissions: jax.Array, length: int) -> Fsa:
+def _path_lengths(found: lattice.LatticeStructure, length: int) -> levels.PathLengths:
+    """`levels.path_lengths` of a lattice, from its frames: every state (t, s)
+    lies on a path of exactly `length` frames from the start, so its longest
+    path in has t arcs and its longest path out `length - t`; a lattice with
+    no arc is the start alone (0 and 0)."""
+    frame = np.zeros(found.num_states, np.int64)
+    frame[found.src] = found.frame
+    frame[found.dst] = found.frame.astype(np.int64) + 1
+    if not found.src.size:
+        return levels.PathLengths(frame, frame.copy())
+    return levels.PathLengths(frame, length - frame)
+
+
+def _one_lattice(graph: Fsa, emissions: jax.Array, length: int) -> tuple[Fsa, levels.PathLengths]:
+    """One utterance's lattice, its tables not built (for `stack_entries`),
+    and its longest paths."""
     parts = parts_of(graph, "intersect_dense")  # concrete structure, real arcs
     found = lattice.lattice_structure(
         parts.num_states, parts.src, parts.dst, parts.is_final, length
@@ -89,7 +107,7 @@ def _one_lattice(graph: Fsa, emissions: jax.Array, length: int) -> Fsa:
     final_weight = jnp.where(
         found.final_state >= 0, graph.final_weight[np.maximum(found.final_state, 0)], -jnp.inf
     )
-    return placeholder(
+    fsa = placeholder(
         found.num_states,
         found.src,
         found.dst,
@@ -98,4 +116,6 @@ def _one_lattice(graph: Fsa, emissions: jax.Array, length: int) -> Fsa:
         graph.dtype,
         graph.is_acceptor,
         is_final=found.final_state >= 0,
+        defer=True,
     ).replace(weight=weight, final_weight=final_weight)
+    return fsa, _path_lengths(found, length)

@@ -1,13 +1,13 @@
 """`save` and `load`: an Fsa (single or batched) in a documented `.npz` file.
 
-Layout, version 3 (numpy's `.npz`: a zip of `.npy` arrays, read with
+Layout, version 4 (numpy's `.npz`: a zip of `.npy` arrays, read with
 `allow_pickle=False`). `...` is the batch shape: () for a single Fsa, (B,)
 for one from `sj.stack`; A and S are the padded arc and state counts.
 
 | array | dtype | shape | meaning |
 |---|---|---|---|
 | `format` | str | [] | always `"semiring_jax.Fsa"` |
-| `version` | int64 | [] | 3 (version 2 lacked `final_mask`, version 1 the `pull_*` tables) |
+| `version` | int64 | [] | 4 |
 | `batch_shape` | int64 | [N] | the batch shape `...` (N = 0: a single Fsa) |
 | `is_acceptor` | bool | [] | the static `is_acceptor` |
 | `cycle` | int64 | [C] | the static `cycle` (C = 0 when acyclic) |
@@ -16,31 +16,35 @@ for one from `sj.stack`; A and S are the padded arc and state counts.
 | `weight` | float32 or float64 | [..., A] | arc scores (-inf allowed) |
 | `final_weight` | as `weight` | [..., S] | stopping scores, -inf if not final |
 | `arc_mask` | bool | [..., A] | False on padding arcs |
-| `final_mask` | bool | [..., S] | True on final states (not in version 2, see below) |
-| `schedule.state_pos` | int32 | [..., S] | `Schedule` tables, one array each |
-| `schedule.pos_state` | int32 | [..., L, W] | |
-| `schedule.in_arc`, `schedule.in_src_pos` | int32 | [..., L, R, K] | |
-| `schedule.in_combine` | int32 | [..., L, W, C] | |
-| `schedule.in_row_part` | int32 | [..., L, R] | |
-| `schedule.out_arc`, `schedule.out_dst_pos` | int32 | [..., L, R', K'] | |
-| `schedule.out_combine` | int32 | [..., L, W, C'] | |
-| `schedule.arc_src_pos`, `schedule.arc_dst_pos` | int32 | [..., A] | |
-| `schedule.arc_grad_index` | int32 | [..., A] | |
-| `schedule.real_sizes` | int32 | [..., 2] | states and arcs before padding |
-| `schedule.pull_arc`, `schedule.pull_src` | int32 | [..., A] | arcs by destination position |
-| `schedule.pull_end` | int32 | [..., L, W] | |
-| `schedule.state_in_arcs` | int32 | [..., S, K1] | each state's incoming arcs |
-| `schedule.state_out_arcs` | int32 | [..., S, K2] | each state's outgoing arcs |
+| `final_mask` | bool | [..., S] | True on final states |
+| `real_sizes` | int32 | [..., 2] | states and arcs of each entry before padding |
+| `schedule_shape` | int64 | [F] | the padded sizes of the level tables (F = 0 when cyclic) |
+| `schedule_shape_fields` | str | [F] | their names, the fields of `ScheduleShape` |
+| `dense_shape` | int64 | [G] | the padded sizes of the dense-intersection tables |
+| `dense_shape_fields` | str | [G] | their names, the fields of `DenseShape` |
 
-The schedule tables are stored, not rebuilt, so that a batch's padded
-sizes come back exactly; for a cyclic Fsa they are zero-sized (L = 0).
-`load` reads versions 2 and 3. Version 2 files lack `final_mask`: their
-final states are those with `final_weight` > -inf, as they were then.
+The file holds structure, weights and the sizes the tables were built at,
+and no table: `load` builds every entry's tables once, from its structure,
+at the stored sizes, so that a batch's padding comes back exactly (sizes a
+file names that are not this version's fields, or that an entry does not
+fit in, are refused, naming the array). For a cyclic Fsa there are no level
+tables (F = 0).
+
+Versions 1 to 3 stored the tables themselves, as `schedule.<field>` arrays
+of the schedule of their time (`schedule.state_pos` [..., S],
+`schedule.pos_state` [..., L, W], `schedule.in_arc` [..., L, R, K], ...,
+`schedule.real_sizes` [..., 2]; version 1 lacked `schedule.pull_arc`,
+`schedule.pull_src` and `schedule.pull_end`, versions 1 and 2 lacked
+`final_mask`: their final states are those with `final_weight` > -inf, as
+they were then). `load` still reads them: their tables' headers are checked
+(presence, dtype, shapes that agree with each other) and their data is not
+read; the tables are built from the structure at the sizes this version
+chooses (as `sj.stack` would, without `bucket`).
 
 `load` trusts none of it: besides names, dtypes and shapes it checks the
-values (states in range, no NaN or +inf weight) and rebuilds every entry's
-schedule from its structure at the stored sizes, refusing a file whose
-tables differ, so a tampered file cannot mislead the score recursions.
+values (states in range, no NaN or +inf weight, real sizes within the
+padded ones, no cycle in a file that claims none), so a tampered file
+cannot mislead the score recursions.
 
 Nor does it allocate what a file merely claims. Before any array is read it
 checks the member names (the layout's, each once), every member's `.npy`
@@ -50,13 +54,13 @@ a stored member's compressed size equals it, a deflated one's may not
 promise more than deflate's 1032:1 ratio, and no other compression is
 read), the declared shapes against each other (the checks above), and
 their total against `max_bytes` (4 GiB by default). So a small file can
-never make `load` take more memory than that budget, nor more than 1032
-times its own size.
+never make `load` read more than that budget, nor more than 1032 times its
+own size; the tables it builds are those of the stored structure, at sizes
+the table builders accept for it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import zipfile
@@ -66,7 +70,7 @@ from typing import Any, BinaryIO, NamedTuple, Union
 import numpy as np
 
 from semiring_jax._src import checks
-from semiring_jax._src.fsa import Fsa
+from semiring_jax._src.fsa import UNKNOWN_SHAPES, Built, Entry, Fsa, Shapes, build_tables
 from semiring_jax._src.host import arc_tables, levels, messages, schedule
 from semiring_jax._src.host.messages import quote
 from semiring_jax._src.schedule import Schedule
@@ -74,18 +78,54 @@ from semiring_jax._src.schedule import Schedule
 __all__ = ["FORMAT", "MAX_BYTES", "VERSION", "load", "save"]
 
 FORMAT = "semiring_jax.Fsa"
-VERSION = 3
+VERSION = 4
 # Versions `load` reads.
-_READS = (2, 3)
+_READS = (1, 2, 3, 4)
 
 _HEADER = ("format", "version", "batch_shape", "is_acceptor", "cycle")
 _ARC_FIELDS = ("src", "dst", "ilabel", "olabel", "weight", "arc_mask")
 _FSA_FIELDS = (*_ARC_FIELDS, "final_weight", "final_mask")
-_SCHEDULE_FIELDS = tuple(field.name for field in dataclasses.fields(Schedule))
-_NAMES = frozenset(_HEADER + _FSA_FIELDS + tuple(f"schedule.{f}" for f in _SCHEDULE_FIELDS))
-# Version 2 files, written before `Fsa.final_mask` existed, lack it; their
-# final states are those with final_weight > -inf, as they were then.
-_NOT_IN_VERSION_2 = frozenset({"final_mask"})
+# The stored sizes, by kind: (sizes array, field names array).
+_SIZES = {
+    "schedule": ("schedule_shape", "schedule_shape_fields"),
+    "dense": ("dense_shape", "dense_shape_fields"),
+}
+_SIZE_NAMES = tuple(name for pair in _SIZES.values() for name in pair)
+# The tables versions 1 to 3 stored, each with its axes after the batch
+# axes: S and A are the Fsa's, "2" is 2, and every other letter a size that
+# each table naming it must agree on (L levels, W width, R and K rows and
+# slots of the incoming arcs, P and Q of the outgoing ones, C and D rows per
+# state, I and J the per-state arc tables' widths).
+_OLD_TABLES = {
+    "state_pos": "S",
+    "pos_state": "LW",
+    "in_arc": "LRK",
+    "in_src_pos": "LRK",
+    "in_combine": "LWC",
+    "in_row_part": "LR",
+    "out_arc": "LPQ",
+    "out_dst_pos": "LPQ",
+    "out_combine": "LWD",
+    "arc_src_pos": "A",
+    "arc_dst_pos": "A",
+    "arc_grad_index": "A",
+    "real_sizes": "2",
+    "pull_arc": "A",
+    "pull_src": "A",
+    "pull_end": "LW",
+    "state_in_arcs": "SI",
+    "state_out_arcs": "SJ",
+}
+_OLD_NAMES = frozenset(f"schedule.{name}" for name in _OLD_TABLES)
+# The arrays of each version: version 1 lacked the pull tables, versions 1
+# and 2 `final_mask` (Fsa.final_mask did not exist yet).
+_LAYOUTS = {
+    4: frozenset((*_HEADER, *_FSA_FIELDS, "real_sizes", *_SIZE_NAMES)),
+    3: frozenset((*_HEADER, *_FSA_FIELDS)) | _OLD_NAMES,
+}
+_LAYOUTS[2] = _LAYOUTS[3] - {"final_mask"}
+_LAYOUTS[1] = _LAYOUTS[2] - {"schedule.pull_arc", "schedule.pull_src", "schedule.pull_end"}
+_NAMES = frozenset().union(*_LAYOUTS.values())
 
 File = Union[str, "os.PathLike[str]", BinaryIO]
 
@@ -94,7 +134,7 @@ MAX_BYTES = 1 << 32
 # The most a deflate stream expands (258 bytes from about 2 bits).
 _DEFLATE_RATIO = 1032
 # Arrays read before the shapes of the others are checked against them.
-_SMALL = ("format", "version", "batch_shape", "is_acceptor", "cycle")
+_SMALL = (*_HEADER, *_SIZE_NAMES)
 
 
 class _Declared(NamedTuple):
@@ -107,16 +147,19 @@ class _Declared(NamedTuple):
 def save(file: File, fsa: Fsa, *, compress: bool = False) -> None:
     """Writes an Fsa, single or batched, to a `.npz` file that `load` reads.
 
-    The layout (version 3) holds every pytree leaf as it is, padding and
-    -inf weights included, so `load(file)` gives back an equal Fsa:
+    The layout (version 4) holds the structure and weights as they are,
+    padding and -inf weights included, and the sizes its tables were built
+    at (not the tables: `load` builds them again, at those sizes), so
+    `load(file)` gives back an equal Fsa, leaf by leaf:
 
-    - `format`: str [], `"semiring_jax.Fsa"`; `version`: int64 [], 3.
+    - `format`: str [], `"semiring_jax.Fsa"`; `version`: int64 [], 4.
     - `batch_shape`: int64 [N]; `is_acceptor`: bool []; `cycle`: int64 [C].
     - `src`, `dst`, `ilabel`, `olabel`: int32 [..., A]; `arc_mask`: bool
       [..., A]; `weight`: float32 or float64 [..., A]; `final_weight`: the
       same dtype [..., S]; `final_mask`: bool [..., S].
-    - `schedule.<field>`: int32, each `Schedule` table (e.g.
-      `schedule.state_pos` [..., S], `schedule.in_arc` [..., L, R, K]).
+    - `real_sizes`: int32 [..., 2], each entry's sizes before padding.
+    - `schedule_shape`, `dense_shape`: int64, the tables' padded sizes;
+      `schedule_shape_fields`, `dense_shape_fields`: str, their names.
 
     The module docstring of `semiring_jax._src.serialization` has the full
     table. The name is used as given (no `.npz` is appended).
@@ -127,7 +170,9 @@ def save(file: File, fsa: Fsa, *, compress: bool = False) -> None:
       compress: zip-compress the arrays (smaller, slower).
     Raises:
       TypeError: if `fsa` is not an Fsa.
-      ValueError: for traced arrays (call `save` outside `jax.jit`).
+      ValueError: for traced arrays (call `save` outside `jax.jit`), or an
+        Fsa whose `shapes` do not record the sizes of its tables (one not
+        made by this library's constructors, `sj.stack` or `sj.load`).
     Examples:
       >>> import os, tempfile
       >>> import semiring_jax as sj
@@ -148,10 +193,11 @@ def save(file: File, fsa: Fsa, *, compress: bool = False) -> None:
     }
     for name in _FSA_FIELDS:
         arrays[name] = checks.concrete(getattr(fsa, name), name, "save")
-    for name in _SCHEDULE_FIELDS:
-        arrays[f"schedule.{name}"] = checks.concrete(
-            getattr(fsa.schedule, name), f"schedule.{name}", "save"
-        )
+    arrays["real_sizes"] = checks.concrete(fsa.schedule.real_sizes, "schedule.real_sizes", "save")
+    for kind, shape in _saved_shapes(fsa).items():
+        sizes, fields = _SIZES[kind]
+        arrays[sizes] = np.array(tuple(shape), np.int64).reshape(-1)
+        arrays[fields] = np.array(shape._fields if shape else (), str).reshape(-1)
     writer: Callable[..., None] = np.savez_compressed if compress else np.savez
     if isinstance(file, (str, os.PathLike)):
         # np.savez would append ".npz" to a path without it.
@@ -159,6 +205,24 @@ def save(file: File, fsa: Fsa, *, compress: bool = False) -> None:
             writer(stream, **arrays)
     else:
         writer(file, **arrays)
+
+
+def _saved_shapes(fsa: Fsa) -> dict[str, Any]:
+    """The sizes to store, by kind (an empty tuple: a cyclic Fsa's level
+    tables, which have none)."""
+    shapes = fsa.shapes
+    missing = [
+        name
+        for name, shape in (("schedule", shapes.schedule), ("dense", shapes.dense))
+        if shape is None and not (name == "schedule" and fsa.cycle)
+    ]
+    if missing:
+        raise ValueError(
+            f"save: fsa.shapes does not record the sizes of its {missing[0]} tables, so load "
+            f"could not build them again; an Fsa from this library's constructors, "
+            f"sj.stack or sj.load records them"
+        )
+    return {"schedule": () if fsa.cycle else shapes.schedule, "dense": shapes.dense}
 
 
 def load(file: File, *, max_bytes: int = MAX_BYTES) -> Fsa:
@@ -220,7 +284,8 @@ def _load(stream: BinaryIO, where: str, max_bytes: int) -> Fsa:
                 f"max_bytes = {max_bytes}; pass a larger max_bytes= to load the file"
             )
         # Shapes first, from the headers (with the few small arrays they
-        # are checked against), then the data.
+        # are checked against), then the data; an old file's tables are
+        # checked by their headers and never read.
         shapes: dict[str, Any] = dict(declared)
         for name in _SMALL:
             if name in members:
@@ -229,6 +294,7 @@ def _load(stream: BinaryIO, where: str, max_bytes: int) -> Fsa:
         arrays = {
             name: shapes[name] if name in _SMALL else _read(archive, info, name, where)
             for name, info in members.items()
+            if name not in _OLD_NAMES or name == "schedule.real_sizes"
         }
     return _fsa_from_arrays(arrays, where)
 
@@ -340,8 +406,11 @@ class _Checker:
         return shape
 
 
-def _header(check: _Checker) -> tuple[tuple[int, ...], bool, tuple[int, ...]]:
-    """(batch shape, is_acceptor, cycle), after the format and version."""
+def _header(
+    check: _Checker, check_names: bool
+) -> tuple[int, tuple[int, ...], bool, tuple[int, ...]]:
+    """(version, batch shape, is_acceptor, cycle), after the format (and,
+    with `check_names`, the version's names: every one, and no other)."""
     arrays = check.arrays
     fmt = arrays["format"]
     if fmt.shape != () or fmt.dtype.kind != "U" or str(fmt[()]) != FORMAT:
@@ -354,12 +423,12 @@ def _header(check: _Checker) -> tuple[tuple[int, ...], bool, tuple[int, ...]]:
             "version",
             f"is {version!r}; this semiring_jax reads versions {', '.join(map(str, _READS))}",
         )
-    names = _NAMES - _NOT_IN_VERSION_2 if int(version) == 2 else _NAMES
+    names = _LAYOUTS[int(version)]
     missing = sorted(names - set(arrays))
-    if missing:
+    if check_names and missing:
         raise check.fail(missing[0], "is missing")
     unexpected = sorted(set(arrays) - names)
-    if unexpected:
+    if check_names and unexpected:
         raise check.fail(unexpected[0], f"is not part of the version {int(version)} layout")
     (rank,) = check.rank("batch_shape", 1, "[N]")
     batch_shape = check.get("batch_shape", np.int64, (rank,), "[N]")
@@ -368,7 +437,7 @@ def _header(check: _Checker) -> tuple[tuple[int, ...], bool, tuple[int, ...]]:
     is_acceptor = check.get("is_acceptor", bool, (), "[]")
     (length,) = check.rank("cycle", 1, "[C]")
     cycle = check.get("cycle", np.int64, (length,), "[C]")
-    return tuple(batch_shape.tolist()), bool(is_acceptor), tuple(cycle.tolist())
+    return int(version), tuple(batch_shape.tolist()), bool(is_acceptor), tuple(cycle.tolist())
 
 
 def _fsa_from_arrays(arrays: dict[str, Any], where: str, *, shapes_only: bool = False) -> Fsa:
@@ -376,12 +445,16 @@ def _fsa_from_arrays(arrays: dict[str, Any], where: str, *, shapes_only: bool = 
     arrays other than `_SMALL` may be `_Declared` headers: only names,
     dtypes and shapes are checked, and nothing is returned."""
     check = _Checker(arrays, where)
-    batch_shape, is_acceptor, cycle = _header(check)
+    # The names are checked with the headers: an old file's tables are
+    # never read, so they are not among the arrays the second time.
+    version, batch_shape, is_acceptor, cycle = _header(check, check_names=shapes_only)
     batch = len(batch_shape)
     num_arcs = check.rank("src", batch + 1, "[..., A]")[-1]
     num_states = check.rank("final_weight", batch + 1, "[..., S]")[-1]
     if num_states < 1:
         raise check.fail("final_weight", "has no state; an Fsa has at least one")
+    if math.prod(batch_shape) == 0:
+        raise check.fail("batch_shape", f"is {list(batch_shape)}: a batch has at least one entry")
     dtype = arrays["weight"].dtype
     if dtype not in (np.float32, np.float64):
         raise check.fail("weight", f"has dtype {dtype}, expected float32 or float64")
@@ -399,10 +472,13 @@ def _fsa_from_arrays(arrays: dict[str, Any], where: str, *, shapes_only: bool = 
     fields["weight"] = check.get("weight", dtype, arc_shape, "[..., A]")
     fields["final_weight"] = check.get("final_weight", dtype, state_shape, "[..., S]")
     fields["arc_mask"] = check.get("arc_mask", bool, arc_shape, "[..., A]")
+    sizes_name = "real_sizes" if version >= 4 else "schedule.real_sizes"
+    real_sizes = check.get(sizes_name, np.int32, (*batch_shape, 2), "[..., 2]")
     if shapes_only:
         if "final_mask" in arrays:
             check.get("final_mask", bool, state_shape, "[..., S]")
-        _schedule_tables(check, batch_shape, num_states, num_arcs)
+        if version < 4:
+            _old_tables(check, batch_shape, num_states, num_arcs)
         return None  # type: ignore[return-value]  # the value is not used
     fields["final_mask"] = (
         check.get("final_mask", bool, state_shape, "[..., S]")
@@ -410,9 +486,22 @@ def _fsa_from_arrays(arrays: dict[str, Any], where: str, *, shapes_only: bool = 
         else fields["final_weight"] > -np.inf
     )
     _check_values(check, fields, num_states, cycle)
-    tables = _schedule_tables(check, batch_shape, num_states, num_arcs)
-    _check_schedule(check, fields, tables, num_states, cycle)
-    return Fsa(**fields, schedule=Schedule(**tables), cycle=cycle, is_acceptor=is_acceptor)
+    _check_real_sizes(check, sizes_name, real_sizes, num_states, num_arcs)
+    shapes = _stored_shapes(check, cycle) if version >= 4 else UNKNOWN_SHAPES
+    built = _build(check, fields, cycle, shapes)
+    tables = {
+        name: np.stack([entry[name] for entry in built.tables]).reshape(
+            batch_shape + built.tables[0][name].shape
+        )
+        for name in built.tables[0]
+    }
+    return Fsa(
+        **fields,
+        schedule=Schedule(**tables, real_sizes=real_sizes),
+        cycle=cycle,
+        is_acceptor=is_acceptor,
+        shapes=built.shapes,
+    )
 
 
 def _check_values(
@@ -439,117 +528,116 @@ def _check_values(
         raise check.fail("cycle", f"holds a state out of range for S={num_states}: {cycle}")
 
 
-def _schedule_tables(
+def _old_tables(
     check: _Checker, batch_shape: tuple[int, ...], num_states: int, num_arcs: int
-) -> dict[str, np.ndarray]:
-    """The schedule arrays, their dtypes and mutually consistent shapes checked."""
-    batch = len(batch_shape)
-    name = lambda field: f"schedule.{field}"
-    levels_, width = check.rank(name("pos_state"), batch + 2, "[..., L, W]")[-2:]
-    in_rows, max_in = check.rank(name("in_arc"), batch + 3, "[..., L, R, K]")[-2:]
-    out_rows, max_out = check.rank(name("out_arc"), batch + 3, "[..., L, R, K]")[-2:]
-    in_parts = check.rank(name("in_combine"), batch + 3, "[..., L, W, C]")[-1]
-    out_parts = check.rank(name("out_combine"), batch + 3, "[..., L, W, C]")[-1]
-    in_width = check.rank(name("state_in_arcs"), batch + 2, "[..., S, K]")[-1]
-    out_width = check.rank(name("state_out_arcs"), batch + 2, "[..., S, K]")[-1]
-    expected = {
-        "state_pos": ((num_states,), "[..., S]"),
-        "pos_state": ((levels_, width), "[..., L, W]"),
-        "in_arc": ((levels_, in_rows, max_in), "[..., L, R, K]"),
-        "in_src_pos": ((levels_, in_rows, max_in), "[..., L, R, K]"),
-        "in_combine": ((levels_, width, in_parts), "[..., L, W, C]"),
-        "in_row_part": ((levels_, in_rows), "[..., L, R]"),
-        "out_arc": ((levels_, out_rows, max_out), "[..., L, R, K]"),
-        "out_dst_pos": ((levels_, out_rows, max_out), "[..., L, R, K]"),
-        "out_combine": ((levels_, width, out_parts), "[..., L, W, C]"),
-        "arc_src_pos": ((num_arcs,), "[..., A]"),
-        "arc_dst_pos": ((num_arcs,), "[..., A]"),
-        "arc_grad_index": ((num_arcs,), "[..., A]"),
-        "real_sizes": ((2,), "[..., 2]"),
-        "pull_arc": ((num_arcs,), "[..., A]"),
-        "pull_src": ((num_arcs,), "[..., A]"),
-        "pull_end": ((levels_, width), "[..., L, W]"),
-        "state_in_arcs": ((num_states, in_width), "[..., S, K]"),
-        "state_out_arcs": ((num_states, out_width), "[..., S, K]"),
-    }
-    return {
-        field: check.get(name(field), np.int32, batch_shape + shape, described)
-        for field, (shape, described) in expected.items()
-    }
-
-
-def _check_schedule(
-    check: _Checker,
-    fields: dict[str, np.ndarray],
-    tables: dict[str, np.ndarray],
-    num_states: int,
-    cycle: tuple[int, ...],
 ) -> None:
-    """Rebuilds each entry's tables from its structure and compares."""
-    num_arcs = fields["src"].shape[-1]
-    batch = fields["src"].ndim - 1
-    entries = int(np.prod(fields["src"].shape[:-1]))
-    flat = lambda value: value.reshape((entries, *value.shape[batch:]))
-    src, dst, arc_mask = flat(fields["src"]), flat(fields["dst"]), flat(fields["arc_mask"])
-    flat_tables = {field: flat(value) for field, value in tables.items()}
-    real_sizes = flat_tables["real_sizes"]
+    """Checks the headers of a version 1 to 3 file's tables: int32, and
+    shapes that agree with the Fsa's and with each other."""
+    batch = len(batch_shape)
+    sizes: dict[str, int] = {"S": num_states, "A": num_arcs, "2": 2}
+    for field, axes in _OLD_TABLES.items():
+        name = f"schedule.{field}"
+        if name not in check.arrays:
+            continue  # a table the file's version lacks
+        described = "[..., " + ", ".join(axes) + "]"
+        shape = check.rank(name, batch + len(axes), described)[batch:]
+        for axis, size in zip(axes, shape):
+            sizes.setdefault(axis, size)
+        expected = tuple(sizes[axis] for axis in axes)
+        check.get(name, np.int32, batch_shape + expected, described)
+
+
+def _stored_shapes(check: _Checker, cycle: tuple[int, ...]) -> Shapes:
+    """The sizes a version 4 file stores, as this version's `ScheduleShape`
+    and `DenseShape` (no level sizes for a cyclic Fsa)."""
+    found = {}
+    for kind, expected in (("schedule", schedule.ScheduleShape), ("dense", arc_tables.DenseShape)):
+        sizes_name, fields_name = _SIZES[kind]
+        (count,) = check.rank(sizes_name, 1, "[F]")
+        sizes = check.get(sizes_name, np.int64, (count,), "[F]")
+        names = check.arrays[fields_name]
+        if names.shape != (count,) or (count and names.dtype.kind != "U"):
+            raise check.fail(
+                fields_name, f"has shape {names.shape}, expected [F] = ({count},) of str"
+            )
+        if kind == "schedule" and cycle:
+            if count:
+                raise check.fail(sizes_name, "holds sizes, but a cyclic Fsa has no level tables")
+            continue
+        if tuple(names.tolist()) != expected._fields:
+            raise check.fail(
+                fields_name,
+                f"names the sizes {list(names.tolist())}, but this semiring_jax's "
+                f"{expected.__name__} has {list(expected._fields)}; the file was written by "
+                f"another version",
+            )
+        bad = np.flatnonzero((sizes < 0) | (sizes > np.iinfo(np.int32).max))
+        if bad.size:
+            raise check.fail(
+                sizes_name, f"holds {names[bad[0]]} = {sizes[bad[0]]}, not a size in int32"
+            )
+        found[kind] = expected(*(int(size) for size in sizes))
+    return Shapes(found.get("schedule"), found["dense"])
+
+
+def _check_real_sizes(
+    check: _Checker, name: str, real_sizes: np.ndarray, num_states: int, num_arcs: int
+) -> None:
+    flat = real_sizes.reshape(-1, 2)
     bad = np.flatnonzero(
-        (real_sizes[:, 0] < 1)
-        | (real_sizes[:, 0] > num_states)
-        | (real_sizes[:, 1] < 0)
-        | (real_sizes[:, 1] > num_arcs)
+        (flat[:, 0] < 1) | (flat[:, 0] > num_states) | (flat[:, 1] < 0) | (flat[:, 1] > num_arcs)
     )
     if bad.size:
         raise check.fail(
-            "schedule.real_sizes",
-            f"holds {real_sizes[bad[0]].tolist()} "
-            f"(entry {bad[0]}), out of range for "
+            name,
+            f"holds {flat[bad[0]].tolist()} (entry {bad[0]}), out of range for "
             f"S={num_states}, A={num_arcs}",
         )
-    levels_, width = tables["pos_state"].shape[-2:]
-    in_rows, max_in = tables["in_arc"].shape[-2:]
-    out_rows, max_out = tables["out_arc"].shape[-2:]
-    shape = schedule.ScheduleShape(
-        levels_,
-        width,
-        in_rows,
-        max_in,
-        tables["in_combine"].shape[-1],
-        out_rows,
-        max_out,
-        tables["out_combine"].shape[-1],
-    )
-    for entry in range(entries):
-        mask = arc_mask[entry]
-        entry_src, entry_dst = src[entry], dst[entry]
-        expected = {
-            "state_in_arcs": arc_tables.arcs_by_state(
-                num_states, entry_dst, mask, flat_tables["state_in_arcs"].shape[-1]
-            ),
-            "state_out_arcs": arc_tables.arcs_by_state(
-                num_states, entry_src, mask, flat_tables["state_out_arcs"].shape[-1]
-            ),
-        }
-        if cycle:
-            expected.update(schedule.empty_schedule_arrays(num_states, num_arcs))
-        else:
-            found = levels.find_cycle(num_states, entry_src[mask], entry_dst[mask])
-            if found:
-                raise check.fail(
-                    "cycle", f"is empty, but entry {entry} has the cycle {list(found)}"
+
+
+def _build(
+    check: _Checker, fields: dict[str, np.ndarray], cycle: tuple[int, ...], shapes: Shapes
+) -> Built:
+    """Every entry's tables, built once from its structure: at the stored
+    sizes (version 4), or at the sizes the builders choose (older files)."""
+    num_states = fields["final_weight"].shape[-1]
+    num_arcs = fields["src"].shape[-1]
+    count = math.prod(fields["src"].shape[:-1])
+    flat = lambda name: fields[name].reshape(count, num_arcs)
+    entries = [
+        Entry(num_states, src, dst, mask)
+        for src, dst, mask in zip(flat("src"), flat("dst"), flat("arc_mask"))
+    ]
+    lengths: list[levels.PathLengths | None] | None = None
+    if not cycle:
+        lengths = []
+        for i, entry in enumerate(entries):
+            real_src, real_dst = entry.src[entry.arc_mask], entry.dst[entry.arc_mask]
+            lengths.append(levels.path_lengths(num_states, real_src, real_dst))
+            if lengths[-1] is None:
+                found = levels.find_cycle(num_states, real_src, real_dst)
+                raise check.fail("cycle", f"is empty, but entry {i} has the cycle {list(found)}")
+    if shapes.dense is None:  # an older file: sizes chosen as `sj.stack` does
+        return build_tables(entries, lengths=lengths, cycle=cycle)
+    tables = []
+    for i, entry in enumerate(entries):
+        try:
+            if cycle:
+                level = schedule.empty_schedule_arrays(num_states, num_arcs)
+            else:
+                assert lengths is not None  # found for an acyclic file
+                level = schedule.build_schedule_arrays(
+                    *entry, shape=shapes.schedule, lengths=lengths[i]
                 )
-            try:
-                expected.update(
-                    schedule.build_schedule_arrays(num_states, entry_src, entry_dst, mask, shape)
-                )
-            except ValueError as err:
-                raise check.fail(
-                    "schedule.pos_state", f"gives sizes that do not fit entry {entry}: {err}"
-                ) from None
-        for field, value in expected.items():
-            stored = flat_tables[field][entry]
-            if stored.shape != value.shape or not np.array_equal(stored, value):
-                raise check.fail(
-                    f"schedule.{field}",
-                    f"does not match the structure of entry {entry} (src, dst, arc_mask)",
-                )
+        except ValueError as err:
+            raise check.fail(
+                "schedule_shape", f"holds sizes that do not fit entry {i}: {err}"
+            ) from None
+        try:
+            dense = arc_tables.build_dense_tables(*entry, shape=shapes.dense)
+        except ValueError as err:
+            raise check.fail(
+                "dense_shape", f"holds sizes that do not fit entry {i}: {err}"
+            ) from None
+        tables.append(dict(level, **dense))
+    return Built(tables, cycle, shapes)

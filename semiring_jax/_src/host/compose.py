@@ -93,7 +93,8 @@ def compose(a: Parts, b: Parts, *, max_states: int, max_arcs: int) -> Result:
         built = _compose_loop(a, b, sources, max_states, max_arcs)
     else:
         built = _compose_waves(a, b, sources, max_states, max_arcs)
-    return structure.trimmed(built, sources)
+    # Only pair states reachable from (0, 0, 0) are built.
+    return structure.trimmed(built, sources, all_reachable=True)
 
 
 def _by_label_groups(parts: Parts, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -118,6 +119,59 @@ def _by_label_groups(parts: Parts, labels: np.ndarray) -> tuple[np.ndarray, np.n
     return order, offsets
 
 
+# Key ranges are looked up in a dense [keys + 1] table of starts up to this
+# many keys (or 4 per arc, if more), else by binary search.
+_DENSE_KEYS = 1 << 22
+
+
+class _KeyRanges:
+    """Where each key's entries lie among sorted keys `[lo, hi)`: a dense
+    table of run starts when the keys are few enough (a gather per query,
+    not a binary search of unsorted queries), else `searchsorted`."""
+
+    def __init__(self, sorted_keys: np.ndarray, num_keys: int) -> None:
+        self.sorted_keys = sorted_keys
+        self.starts: np.ndarray | None = None
+        if num_keys <= max(_DENSE_KEYS, 4 * sorted_keys.size):
+            self.starts = np.zeros(num_keys + 1, np.int64)
+            np.cumsum(np.bincount(sorted_keys, minlength=num_keys), out=self.starts[1:])
+
+    def __call__(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.starts is not None:
+            return self.starts[keys], self.starts[keys + 1]
+        return (
+            np.searchsorted(self.sorted_keys, keys, "left"),
+            np.searchsorted(self.sorted_keys, keys, "right"),
+        )
+
+
+def _merge_by_state(first: np.ndarray, then: np.ndarray, num_states: int) -> np.ndarray:
+    """The order that puts, for each state in turn, its entries of `first`
+    and then its entries of `then` (both grouped by state, ascending), each
+    in its own order: indices into their concatenation, in linear time."""
+    count_first = np.bincount(first, minlength=num_states)
+    count_then = np.bincount(then, minlength=num_states)
+    start = np.cumsum(count_first + count_then) - count_first - count_then
+    rank = lambda states, counts: np.arange(states.size) - (np.cumsum(counts) - counts)[states]
+    order = np.empty(first.size + then.size, np.int64)
+    order[start[first] + rank(first, count_first)] = np.arange(first.size)
+    order[start[then] + count_first[then] + rank(then, count_then)] = first.size + np.arange(
+        then.size
+    )
+    return order
+
+
+def _first_seen(id_of: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """The distinct `keys` in order of first occurrence, without a sort; they
+    must be unset (-1) in `id_of`, which serves as scratch and is left with
+    codes below -1 at them (the caller numbers them next)."""
+    # Occurrence i is coded i - n - 2 (below -1, rising with i): the minimum
+    # at a key is its first occurrence's code.
+    code = np.arange(keys.size) - keys.size - 2
+    np.minimum.at(id_of, keys, code)
+    return keys[id_of[keys] == code]
+
+
 def _compose_waves(a: Parts, b: Parts, sources: Sources, max_states: int, max_arcs: int) -> Result:
     a_labels, b_labels = np.asarray(a.olabel, np.int64), np.asarray(b.ilabel, np.int64)
     a_dst, a_ilabel = np.asarray(a.dst, np.int64), np.asarray(a.ilabel, np.int64)
@@ -130,7 +184,7 @@ def _compose_waves(a: Parts, b: Parts, sources: Sources, max_states: int, max_ar
     num_labels = int(max(a_labels.max(initial=0), b_labels.max(initial=0))) + 1
     b_key = b_src * num_labels + b_labels
     b_order = np.lexsort((np.arange(b_key.size), b_key))
-    b_sorted_key = b_key[b_order]
+    b_ranges = _KeyRanges(b_key[b_order], b.num_states * num_labels)
     a_final, b_final = sources.finals(a, 0), sources.finals(b, 1)
     a_arc, b_arc = sources.arc_offsets[0], sources.arc_offsets[1]
     num_b = b.num_states
@@ -164,13 +218,11 @@ def _compose_waves(a: Parts, b: Parts, sources: Sources, max_states: int, max_ar
             # Epsilon arcs of a move alone, and only with the filter at 0;
             # others meet b's arcs of the same label.
             eps = label == 0
-            lo = np.searchsorted(b_sorted_key, s2[a_state] * num_labels + label, "left")
-            hi = np.searchsorted(b_sorted_key, s2[a_state] * num_labels + label, "right")
+            lo, hi = b_ranges(s2[a_state] * num_labels + label)
             per_arc = np.where(eps, (fresh[a_state] == 0).astype(np.int64), hi - lo)
             # Then b's epsilon moves of every state: count every new arc
             # before any is built, so that memory stays within the budget.
-            lo0 = np.searchsorted(b_sorted_key, s2 * num_labels, "left")
-            hi0 = np.searchsorted(b_sorted_key, s2 * num_labels, "right")
+            lo0, hi0 = b_ranges(s2 * num_labels)
             num_arcs += int(per_arc.sum()) + int((hi0 - lo0).sum())
             if num_arcs > max_arcs:
                 raise BudgetExceeded("max_arcs", max_arcs)
@@ -186,9 +238,6 @@ def _compose_waves(a: Parts, b: Parts, sources: Sources, max_states: int, max_ar
             t1 = a_dst[term_i]
             t2 = np.where(term_is_eps, s2[term_state], b_dst_or_0[term_b])
             a_terms = (
-                term_state,
-                np.zeros(term_a.size, np.int64),  # a-based terms come first
-                np.arange(term_a.size),
                 t1,
                 t2,
                 np.zeros(term_a.size, np.int64),
@@ -200,9 +249,6 @@ def _compose_waves(a: Parts, b: Parts, sources: Sources, max_states: int, max_ar
             j0 = b_order[ranges(lo0, hi0 - lo0)]
             eps_state = np.repeat(np.arange(s2.size), hi0 - lo0)
             b_terms = (
-                eps_state,
-                np.ones(j0.size, np.int64),
-                np.arange(j0.size),
                 s1[eps_state],
                 b_dst[j0],
                 np.ones(j0.size, np.int64),
@@ -211,15 +257,13 @@ def _compose_waves(a: Parts, b: Parts, sources: Sources, max_states: int, max_ar
                 np.full(j0.size, sources.one, np.int64),
                 b_arc + j0,
             )
-            terms = [np.concatenate(pair) for pair in zip(a_terms, b_terms)]
-            order = np.lexsort((terms[2], terms[1], terms[0]))
-            terms = [column[order] for column in terms]
-            state, _, _, t1, t2, tf, ilabel, olabel, source_a, source_b = terms
+            # Each state's a-based terms, then its b-based ones, in order.
+            order = _merge_by_state(term_state, eps_state, s1.size)
+            terms = [np.concatenate(pair)[order] for pair in zip(a_terms, b_terms)]
+            t1, t2, tf, ilabel, olabel, source_a, source_b = terms
+            state = np.concatenate([term_state, eps_state])[order]
             key = (t1 * num_b + t2) * 2 + tf
-            unseen = id_of[key] < 0
-            new_keys, first = np.unique(key[unseen], return_index=True)
-            by_first = np.argsort(first, kind="stable")
-            new_keys = new_keys[by_first]
+            new_keys = _first_seen(id_of, key[id_of[key] < 0])
             if num_ids + new_keys.size > max_states:
                 raise BudgetExceeded("max_states", max_states)
             id_of[new_keys] = num_ids + np.arange(new_keys.size)

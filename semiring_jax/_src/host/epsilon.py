@@ -47,6 +47,7 @@ class EpsilonRemoval(NamedTuple):
       final_pairs: int [S, R], for each state p the pairs (p, q) with q
         final, padded with P (a pair of weight zero); final_states [S, R]
         the matching q (0 on padding).
+      useful: bool [S], the states on a successful path of the result.
     """
 
     pair_src: np.ndarray
@@ -63,6 +64,7 @@ class EpsilonRemoval(NamedTuple):
     olabel: np.ndarray
     final_pairs: np.ndarray
     final_states: np.ndarray
+    useful: np.ndarray
 
 
 # Fan-out of the tree from the pair graph's start to the pairs (p, p). One
@@ -184,10 +186,10 @@ def epsilon_removal(parts: Parts) -> tuple[EpsilonRemoval | None, tuple[int, ...
     real = np.flatnonzero(~is_epsilon)
     real_order, real_offsets = group_by(num_states, parts.src[real])
     real_count = real_offsets[1:] - real_offsets[:-1]
-    arc_pair = np.repeat(np.arange(num_pairs), real_count[pairs.q])
-    arc_input = real[real_order[group_rows(pairs.q, real_offsets)]]
-    by_p = stable_argsort(pairs.p[arc_pair])
-    arc_pair, arc_input = arc_pair[by_p], arc_input[by_p]
+    # The pairs are sorted by p (stably), not the arcs: fewer to sort.
+    by_p = stable_argsort(pairs.p)
+    arc_pair = np.repeat(by_p, real_count[pairs.q[by_p]])
+    arc_input = real[real_order[group_rows(pairs.q[by_p], real_offsets)]]
     # Final weights: ⊕ over the pairs (p, q) with q final.
     final = np.flatnonzero(parts.is_final[pairs.q])
     owners = pairs.p[final]
@@ -209,5 +211,21 @@ def epsilon_removal(parts: Parts) -> tuple[EpsilonRemoval | None, tuple[int, ...
         parts.olabel[arc_input],
         final_pairs,
         final_states,
+        _useful(parts, is_epsilon),
     )
     return tables, ()
+
+
+def _useful(parts: Parts, is_epsilon: np.ndarray) -> np.ndarray:
+    """The states on a successful path of the result, found on the input
+    (fewer arcs): those reaching a final state (an input path to one is a
+    result path to a state whose closure holds it) and, besides the start,
+    those a non-epsilon arc enters from a state the start reaches (the
+    result's arcs are closures followed by such an arc)."""
+    num_states = parts.num_states
+    reached = levels_lib.reachable_states(num_states, np.array([0]), parts.src, parts.dst)
+    entered = np.zeros(num_states, bool)
+    entered[parts.dst[~is_epsilon & reached[parts.src]]] = True
+    entered[0] = True
+    finals = np.flatnonzero(parts.is_final)
+    return entered & levels_lib.reachable_states(num_states, finals, parts.dst, parts.src)

@@ -180,15 +180,20 @@ def top_sort(parts: Parts) -> tuple[Result | None, tuple[Any, ...]]:
     return _renumbered(parts, new_state, parts.num_states, np.ones(parts.src.shape[0], bool)), ()
 
 
-def connect(parts: Parts) -> Result:
+def connect(parts: Parts, all_reachable: bool = False, useful: np.ndarray | None = None) -> Result:
     """Only states on some path from the start to a final state (and the
-    start itself, so that a result always has state 0)."""
+    start itself, so that a result always has state 0). `all_reachable`:
+    the caller built only states reachable from the start (a search from
+    it), so only the backward search is made; `useful` (bool [S]): the
+    caller knows those states (from a smaller graph), so none is made."""
     num_states = parts.num_states
-    useful = levels_lib.reachable_states(
-        num_states, np.array([0]), parts.src, parts.dst
-    ) & levels_lib.reachable_states(
-        num_states, np.flatnonzero(parts.is_final), parts.dst, parts.src
-    )
+    if useful is None:
+        useful = levels_lib.reachable_states(
+            num_states, np.flatnonzero(parts.is_final), parts.dst, parts.src
+        )
+        if not all_reachable:
+            useful &= levels_lib.reachable_states(num_states, np.array([0]), parts.src, parts.dst)
+    useful = useful.copy()
     useful[0] = True
     new_state = np.full(parts.num_states, -1, np.int64)
     new_state[useful] = np.arange(int(useful.sum()))
@@ -320,9 +325,15 @@ def closure(parts: Parts) -> Result:
     )
 
 
-def trimmed(result: Result, sources: Sources) -> Result:
+def trimmed(
+    result: Result,
+    sources: Sources,
+    all_reachable: bool = False,
+    useful: np.ndarray | None = None,
+) -> Result:
     """`result` with only the states on a successful path (start kept); a
-    state is final where its final source is not ZERO."""
+    state is final where its final source is not ZERO; `all_reachable` and
+    `useful` as in `connect`."""
     is_final = result.final_source != sources.zero
     if is_final.ndim == 2:
         is_final = is_final.all(axis=1)
@@ -335,7 +346,9 @@ def trimmed(result: Result, sources: Sources) -> Result:
             result.olabel,
             is_final,
             result.is_acceptor,
-        )
+        ),
+        all_reachable,
+        useful,
     )
     # `kept`'s sources index `result`'s arcs, then its states' finals.
     final_rows = kept.final_source - result.src.shape[0]  # a state, or S for none

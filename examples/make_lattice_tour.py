@@ -19,7 +19,12 @@ Build FSAs from text and from label sequences, draw them, score them in the
 log and tropical semirings, put arc posteriors on the drawing, differentiate
 a score with `jax.grad`, compose two transducers, and look at a CTC
 alignment. Every cell runs on a CPU in a few seconds; pictures need
-Graphviz's `dot` (without it an Fsa shows its Graphviz source instead).""",
+Graphviz's `dot` (without it an Fsa shows its Graphviz source instead).
+
+To run it: `pip install -e '.[notebook]'` (Jupyter and matplotlib), then
+`jupyter lab examples/lattice_tour.ipynb`. Graphviz comes from the system:
+`apt-get install graphviz`, `brew install graphviz` or
+`conda install -c conda-forge graphviz`.""",
     ),
     (
         "code",

@@ -354,3 +354,63 @@ def test_symbol_tables_for_reading_writing_drawing_and_labels(tmp_path):
     assert (status, out) == (0, "0\t1\tx\ta\t0.5\n1\t2\ty\tc\t0.0\n2\t0.0\n")
     status, _, err = _run(["info", "--isymbols", str(xy), str(words)])
     assert status == 2 and err.startswith(f"semiring-jax: error: {words}: from_openfst: line 1")
+
+
+def test_version_prints_the_package_version():
+    status, out, err = _run(["--version"])
+    assert (status, out, err) == (0, f"semiring-jax {sj.__version__}\n", "")
+
+
+def test_project_keeps_the_input_or_the_output_labels(tmp_path):
+    transducer = "0 1 5 8 0.5\n0 1 6 9 0.25\n1 0.0\n"
+    inputs = "0\t1\t5\t0.5\n0\t1\t6\t0.25\n1\t0.0\n"
+    outputs = "0\t1\t8\t0.5\n0\t1\t9\t0.25\n1\t0.0\n"
+    assert _run(["project"], transducer) == (0, inputs, "")
+    assert _run(["project", "--project-type", "input"], transducer) == (0, inputs, "")
+    assert _run(["project", "--project-type", "output"], transducer) == (0, outputs, "")
+    assert _run(["project", "--project-output"], transducer) == (0, outputs, "")
+    status, _, err = _run(["project", "--project-type", "input", "--project-output"], transducer)
+    assert status == 2 and "not allowed with argument" in err
+    # --out-format k2; an acceptor projects to itself.
+    assert _run(["project", "--out-format", "k2"], transducer)[1] == (
+        "0 1 5 -0.5\n0 1 6 -0.25\n1 2 -1 0.0\n2\n"
+    )
+    assert _run(["project", "--project-output"], inputs)[1] == inputs
+    # The kept side's symbol table labels the acceptor.
+    letters, xy = tmp_path / "letters.syms", tmp_path / "xy.syms"
+    letters.write_text("<eps> 0\na 1\nb 2\n")
+    xy.write_text("<eps> 0\nx 1\ny 2\n")
+    tables = ["--isymbols", str(letters), "--osymbols", str(xy)]
+    named = "0 1 a y 0.5\n1 2 b x 0.0\n2\n"
+    assert _run(["project", *tables], named)[1] == "0\t1\ta\t0.5\n1\t2\tb\t0.0\n2\t0.0\n"
+    assert _run(["project", "--project-output", *tables], named)[1] == (
+        "0\t1\ty\t0.5\n1\t2\tx\t0.0\n2\t0.0\n"
+    )
+
+
+def test_compose_project_determinize_pipeline_matches_openfst(tmp_path):
+    # A maps letters 1, 2, 3 to words 10, 20; two paths of A o B read 1 3, one 2.
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_text("0 1 1 10 0.5\n0 2 1 10 1.5\n1 3 3 20 0.25\n2 3 3 20 0.0\n0 3 2 20 2.0\n3\n")
+    second.write_text("0 1 10 0.0\n1 2 20 0.5\n0 2 20 0.0\n2\n")
+    status, composed, err = _run(["compose", str(first), str(second)])
+    assert (status, err) == (0, "")
+    status, projected, err = _run(["project"], composed)
+    assert (status, err) == (0, "")
+    status, determinized, err = _run(["determinize", "--semiring", "tropical"], projected)
+    assert (status, err) == (0, "")
+    assert _info_table(_run(["info"], determinized)[1])["input deterministic"] == "y"
+    openfst = pywrapfst.determinize(
+        pywrapfst.compose(
+            _compile(first.read_text(), acceptor=False),
+            _compile(second.read_text(), acceptor=True).arcsort("ilabel"),
+        ).project("input")
+    )
+    for text in (composed, projected, determinized):
+        got = float(_run(["score", "--semiring", "tropical", "--costs"], text)[1])
+        assert got == pytest.approx(float(pywrapfst.shortestdistance(openfst, reverse=True)[0]))
+    assert _run(["best-path", "--labels", "--costs"], determinized)[1] == "1 3\t1.25\n"
+    # Here ours is as small as OpenFst's: 3 states, 3 arcs.
+    table = _info_table(_run(["info"], determinized)[1])
+    assert int(table["# of states"]) == openfst.num_states() == 3
+    assert int(table["# of arcs"]) == sum(openfst.num_arcs(s) for s in openfst.states()) == 3

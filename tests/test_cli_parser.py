@@ -2,6 +2,7 @@
 
 import pytest
 
+import semiring_jax as sj
 from semiring_jax._src.cli_parser import build_parser
 
 
@@ -13,6 +14,7 @@ def test_help_lists_every_command_with_a_summary():
         ("best-path", "fstshortestpath"),
         ("draw", "fstdraw"),
         ("compose", "fstcompose"),
+        ("project", "fstproject"),
         ("determinize", "fstdeterminize"),
     ]:
         assert f"\n    {name}" in text and f"like {summary}" in text, name
@@ -43,3 +45,21 @@ def test_draw_writes_dot_or_svg_and_fsas_openfst_or_k2():
     for argv in (["draw", "--out-format", "k2"], ["determinize", "--out-format", "svg"]):
         with pytest.raises(SystemExit):
             parser.parse_args(argv)
+
+
+def test_project_keeps_the_input_side_unless_told():
+    parser = build_parser()
+    assert parser.parse_args(["project"]).project_type is None  # the input side
+    assert parser.parse_args(["project", "--project-type", "output"]).project_type == "output"
+    assert parser.parse_args(["project", "--project-output"]).project_type == "output"
+    for argv in (["project", "--project-type", "both"], ["project", "--project-output", "x", "y"]):
+        with pytest.raises(SystemExit) as exit_:
+            parser.parse_args(argv)
+        assert exit_.value.code == 2
+
+
+def test_version_prints_the_program_and_package_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == f"semiring-jax {sj.__version__}\n"

@@ -1,11 +1,15 @@
-"""The documentation site: a strict mkdocs build (CI's "warnings are
-errors"), every public name in the API reference, every page in the nav,
-the quick start's code runnable, and the performance page in step with
-benchmarks/results.json."""
+"""The documentation: a strict mkdocs build (CI's "warnings are errors"),
+every public name in the API reference, every page in the nav, every
+Python snippet of the pages runnable, every command-line option on the
+command-line page, the performance page (tables and figure text) in step
+with benchmarks/results.json, and the README's test command and links."""
 
 from __future__ import annotations
 
+import argparse
+import ast
 import importlib.util
+import inspect
 import os
 import pathlib
 import re
@@ -13,9 +17,11 @@ import subprocess
 import sys
 import types
 
+import pytest
 import yaml
 
 import semiring_jax as sj
+from semiring_jax._src.cli_parser import build_parser
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -86,6 +92,21 @@ def test_reference_documents_every_public_name_once():
     assert not missing, f"public names missing from docs/reference: {sorted(missing)}"
 
 
+def test_reference_documents_every_public_fsa_method_and_property():
+    page = (DOCS / "reference" / "fsa.md").read_text()
+    # The class's own entry lists some members; the others have entries.
+    members = re.search(r"::: semiring_jax\.Fsa\n +options:\n +members:\n(.*?)\n\n", page, re.S)
+    listed = set(re.findall(r"^ +- (\w+)$", members[1], re.M))
+    entries = {t.split(".", 1)[1] for t in _documented_objects() if t.startswith("Fsa.")}
+    documented = listed | entries
+    public = {
+        name
+        for name, member in inspect.getmembers(sj.Fsa)
+        if not name.startswith("_") and (inspect.isroutine(member) or isinstance(member, property))
+    }
+    assert public - documented == set(), "Fsa members missing from docs/reference"
+
+
 def test_every_page_is_in_the_nav():
     config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
     in_nav = set(_nav_pages(config["nav"]))
@@ -93,23 +114,121 @@ def test_every_page_is_in_the_nav():
     assert pages == in_nav
 
 
-def test_quickstart_code_runs(tmp_path):
-    # In a fresh interpreter: the page is for users, who run with JAX's
-    # defaults (float32, no x64), not with this suite's strict settings.
-    code = re.findall(r"```python\n(.*?)```", (DOCS / "quickstart.md").read_text(), re.DOTALL)
-    checks = (
-        "\nassert abs(float(sj.tot_score(fsa)) - 1.474077) < 1e-5"
-        "\nassert jnp.allclose(loss, -total, rtol=1e-5)"
-        "\nprint('quick start ran')\n"
+def _python_blocks(path: pathlib.Path) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", path.read_text(), re.DOTALL | re.MULTILINE)
+
+
+# Peers whose code a page shows beside ours; we do not install them.
+_FOREIGN = {"k2"}
+
+
+def _imports(code: str) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+# Checks appended to a page's snippets: what their comments claim.
+_CHECKS = {
+    "quickstart.md": (
+        "assert abs(float(sj.tot_score(fsa)) - 1.474077) < 1e-5\n"
+        "assert jnp.allclose(loss, -total, rtol=1e-5)"
+    ),
+    "structural-algorithms.md": "assert jnp.allclose(jax.grad(composed_score)(lexicon.weight), 1)",
+    "files-and-pictures.md": "assert sj.unstack(batch)[0].num_arcs == same.num_arcs == 3",
+    "coming-from-k2.md": "assert pruned.label.tolist() == [1, 3] and grads.shape == (3, 4)",
+}
+
+_PAGES_WITH_PYTHON = sorted(page.name for page in DOCS.glob("*.md") if _python_blocks(page))
+
+
+def test_pages_with_python_are_all_run():
+    assert {"index.md", "quickstart.md", "coming-from-k2.md", "coming-from-openfst.md"} <= set(
+        _PAGES_WITH_PYTHON
     )
-    script = tmp_path / "quickstart.py"
-    no_display = 'import matplotlib\nmatplotlib.use("Agg")\n'  # for plot_alignment
-    script.write_text(no_display + "\n".join(code) + checks)
+
+
+@pytest.mark.parametrize("name", _PAGES_WITH_PYTHON)
+def test_python_snippets_of_a_page_run(name, tmp_path):
+    # A page's blocks run in order in one fresh interpreter, with JAX's
+    # defaults (float32, no x64) as users have them, not this suite's strict
+    # settings; each block defines what it uses or takes it from an earlier
+    # block. A block of a peer's code (k2) must still be valid Python.
+    runnable = []
+    for block in _python_blocks(DOCS / name):
+        compile(block, name, "exec")
+        if not _imports(block) & _FOREIGN:
+            runnable.append(block)
+    script = tmp_path / "snippets.py"
+    script.write_text(
+        "\n".join(runnable)
+        + "\nimport jax\nimport jax.numpy as jnp\nimport semiring_jax as sj\n"
+        + _CHECKS.get(name, "")
+        + "\nprint('snippets ran')\n"
+    )
     result = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=dict(os.environ, MPLBACKEND="Agg"),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "quick start ran" in result.stdout
+    assert "snippets ran" in result.stdout
+
+
+def test_readme_has_ci_s_one_test_command_and_links_into_the_repository():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    commands = [line for line in readme.splitlines() if "python -m pytest" in line]
+    assert commands == [".venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest"]
+    assert commands[0] in ci.splitlines()
+    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme):
+        if not target.startswith(("http://", "https://")):
+            assert (ROOT / target).exists(), f"README links to a missing file: {target}"
+    assert "API.md" not in readme and not re.search(r"\bissue \d", readme)
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    (commands,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(commands.choices)
+
+
+def _options(parser: argparse.ArgumentParser) -> dict[str, tuple[str, ...]]:
+    """Each option string of `parser` but help, and the choices it takes."""
+    return {
+        option: tuple(action.choices or ())
+        for action in parser._actions
+        for option in action.option_strings
+        if option not in ("-h", "--help")
+    }
+
+
+def _mentions(text: str, option: str) -> bool:
+    return re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", text) is not None
+
+
+def test_command_line_page_describes_every_option():
+    page = (DOCS / "command-line.md").read_text()
+    sections = {
+        title: body for title, body in re.findall(r"^## (\S+)\n(.*?)(?=^## |\Z)", page, re.M | re.S)
+    }
+    missing = [option for option in _options(build_parser()) if not _mentions(page, option)]
+    commands = _subcommands()
+    shared = set.intersection(*(set(_options(sub)) for sub in commands.values()))
+    for name, sub in commands.items():
+        for option, choices in _options(sub).items():
+            # Shared options are described once, before the commands.
+            text = page if option in shared else sections.get(name, "")
+            missing += [f"{name} {option}"] * (not _mentions(text, option))
+            missing += [f"{name} {option} {c}" for c in choices if not _mentions(text, c)]
+    assert not missing, f"docs/command-line.md does not describe: {missing}"
 
 
 def test_command_line_page_covers_every_subcommand():
@@ -134,6 +253,27 @@ def test_performance_page_matches_results_json():
     page = (DOCS / "performance.md").read_text()
     for table in plot_results.tables(plot_results.load_results()).split("\n\n"):
         assert table in page, f"docs/performance.md lacks this table:\n{table}"
+
+
+def test_performance_figure_text_says_what_the_figure_shows():
+    plot_results = _module_from(ROOT / "benchmarks" / "plot_results.py")
+    page = (DOCS / "performance.md").read_text()
+    (alt,) = re.findall(r"!\[(.*?)\]\(assets/performance\.png\)", page, re.DOTALL)
+    alt = " ".join(alt.split())
+    bars = plot_results.speedups(plot_results.load_results())
+
+    def span(values):
+        low, high = min(values), max(values)
+        return f"{low:.3g}–{high:.3g}×"
+
+    for group, peer in [("ctc_loss", "optax"), ("ctc_loss", "torch"), ("tot_score", "OpenFst")]:
+        ratios = [r for g, label, r, _, _ in bars if g.startswith(group) and f"vs {peer}" in label]
+        assert f"{span(ratios)} faster than {peer}" in alt, (group, peer, alt)
+    for group, label, _, lowest, highest in bars:
+        if group == "structural":
+            op = label.split()[0]
+            assert f"{op} {1 / highest:.3g}–{1 / lowest:.3g}×" in alt, (op, alt)
+    assert "semiring_jax vs peers" in alt and "log scale" in alt
 
 
 def test_plot_results_draws_a_png(tmp_path):

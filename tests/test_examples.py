@@ -1,4 +1,5 @@
-"""The examples run, and the CTC training example learns.
+"""The examples run, the README's quick start is the quick-start example,
+and the CTC training example learns.
 
 The training example runs as a script in a subprocess, as a user would run
 it: the suite's x64 and strict dtype promotion (conftest.py) are not what
@@ -16,6 +17,7 @@ import sys
 import pytest
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+README = EXAMPLES.parent / "README.md"
 
 
 def _run_script(name: str, *args: str, env: dict | None = None) -> str:
@@ -47,6 +49,36 @@ def test_quickstart_runs(capsys):
     spec.loader.exec_module(module)
     module.main()
     assert "equals -posteriors    : True" in capsys.readouterr().out
+
+
+def _readme_quick_start() -> tuple[str, str]:
+    """(code, shown output) of the README's quick start."""
+    section = README.read_text().split("\n## Quick start\n", 1)[1].split("\n## ", 1)[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    (shown,) = re.findall(r"```text\n(.*?)```", section, re.DOTALL)
+    return code, shown
+
+
+def test_readme_quick_start_is_the_example_and_prints_what_it_shows(tmp_path):
+    code, shown = _readme_quick_start()
+    example = {line.strip() for line in (EXAMPLES / "quickstart.py").read_text().splitlines()}
+    # Every line of code (comments and blank lines aside) is the example's.
+    strays = [
+        line
+        for line in code.splitlines()
+        if line.strip() and not line.lstrip().startswith("#") and line.strip() not in example
+    ]
+    assert not strays, f"README quick-start lines not in examples/quickstart.py: {strays}"
+    script = tmp_path / "readme_quick_start.py"
+    script.write_text(code)
+    run = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout == shown, "the README shows other output than its code prints"
+    # And the example prints the same lines, numbers included.
+    printed = _run_script("quickstart").splitlines()
+    assert [line for line in shown.splitlines() if line not in printed] == []
 
 
 def test_ctc_training_sharded_over_4_devices():

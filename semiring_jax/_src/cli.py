@@ -1,9 +1,9 @@
 """The `semiring-jax` command line (`python -m semiring_jax`).
 
 A stand-in for `fstinfo`, `fstshortestdistance`, `fstshortestpath`,
-`fstdraw`, `fstcompose` and `fstdeterminize` in a shell pipeline: it reads
-OpenFst (AT&T) or k2 text from a file or stdin and writes text to stdout or
-`-o PATH`. A bad file or a failed computation is one line on stderr,
+`fstdraw`, `fstcompose`, `fstproject` and `fstdeterminize` in a shell
+pipeline: it reads OpenFst (AT&T) or k2 text from a file or stdin and
+writes text to stdout or `-o PATH`. A bad file or a failed computation is one line on stderr,
 `semiring-jax: error: <message>`, and exit status 2, as for a usage error:
 whatever the failure (running out of memory or a bug included), never a
 traceback, and never a long line (quoted input is cut, and the message to
@@ -245,6 +245,18 @@ def _compose(args: argparse.Namespace) -> str:
     return _fsa_text(composed, args)
 
 
+def _project(args: argparse.Namespace) -> str:
+    import semiring_jax as sj
+
+    side = args.project_type or "input"
+    projected = sj.project(_read_fsa(args.file, args), side)
+    # The acceptor's one label column is the kept side, with that side's table.
+    isymbols, osymbols = _tables(args)
+    kept = isymbols if side == "input" else osymbols
+    args.tables = (kept, None)
+    return _fsa_text(projected, args)
+
+
 def _determinize(args: argparse.Namespace) -> str:
     import semiring_jax as sj
 
@@ -260,6 +272,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], str]] = {
     "best-path": _best_path,
     "draw": _draw,
     "compose": _compose,
+    "project": _project,
     "determinize": _determinize,
 }
 

@@ -2,7 +2,8 @@
 
 Every command takes the same input and output options (`--format`,
 `--acceptor`, `--float64`, `--isymbols`, `--osymbols`, `-o`); commands
-that write an FSA add `--out-format`.
+that write an FSA add `--out-format`. `--version` prints the package's
+version.
 """
 
 from __future__ import annotations
@@ -114,12 +115,21 @@ def build_parser() -> argparse.ArgumentParser:
       >>> args.command, args.file, args.semiring, args.format
       ('score', 'a.fst', 'tropical', 'openfst')
     """
+    # Imported on call, so that this module never takes part in the package's import.
+    from semiring_jax import __version__
+
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Weighted finite-state acceptors and transducers from the "
         "shell: reads OpenFst (AT&T) or k2 text. Weights are scores (higher is better); "
         "OpenFst text holds costs.",
         epilog="Errors: one line on stderr and exit status 2.",
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"{PROG} {__version__}",
+        help="print the version and exit",
     )
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     parent = [_input_options()]
@@ -188,6 +198,26 @@ def build_parser() -> argparse.ArgumentParser:
         type=count,
         default=10_000_000,
         help="give up beyond this many arcs (default 10000000)",
+    )
+
+    project = command("project", "the acceptor of one side's labels, like fstproject")
+    _file_argument(project)
+    _fsa_output(project)
+    # OpenFst spells this --project_type (and, before 1.8, --project_output);
+    # argparse options use dashes, as the other options here do.
+    sides = project.add_mutually_exclusive_group()
+    sides.add_argument(
+        "--project-type",
+        choices=("input", "output"),
+        default=None,
+        help="keep the input labels (default) or the output labels",
+    )
+    sides.add_argument(
+        "--project-output",
+        dest="project_type",
+        action="store_const",
+        const="output",
+        help="the same as --project-type output",
     )
 
     determinize = command(

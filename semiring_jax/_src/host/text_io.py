@@ -13,22 +13,28 @@ cut to 60 characters.
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
-from semiring_jax._src.host import build
+from semiring_jax._src.host import build, messages
 from semiring_jax._src.host.messages import quote
 from semiring_jax._src.host.symbols import SymbolTable
 
 __all__ = [
+    "check_text",
     "format_k2",
     "format_openfst",
     "label_tables",
+    "looks_like_a_path",
     "openfst_number",
     "parse_k2",
     "parse_openfst",
+    "path_error",
+    "read_file",
 ]
 
 
@@ -185,6 +191,57 @@ def _check_sizes(
         raise ValueError(f"{fn}: line {line_number}: {problem}")
 
 
+def path_error(fn: str, name: str) -> ValueError:
+    """The error for a file name given where AT&T text is expected."""
+    return ValueError(
+        f"{fn}: takes OpenFst text, not a file name such as {quote(name)}; "
+        f"to read a file, call sj.Fsa.read_openfst(path)"
+    )
+
+
+def check_text(text: Any, fn: str) -> None:
+    """Refuses a path object (see `path_error`) or anything else but a str."""
+    if isinstance(text, os.PathLike):
+        raise path_error(fn, str(os.fspath(text)))
+    if not isinstance(text, str):
+        raise TypeError(f"{fn}: text must be a str, got {type(text).__name__}")
+
+
+def looks_like_a_path(text: str) -> bool:
+    """Whether `text`, which did not parse as AT&T text, is more likely a
+    file name: one line, and either a single field that is not a state
+    (every valid one-field text is a final state) or an existing file.
+
+    Examples:
+      >>> looks_like_a_path("lexicon.txt"), looks_like_a_path("0 1 x 0.5")
+      (True, False)
+    """
+    name = text.strip()
+    if not name or "\n" in name or "\r" in name:
+        return False
+    if len(name.split()) == 1 and not _is_integer(name):
+        return True
+    # A longer string is no file name any system takes; skip the system call.
+    return len(name) <= 4096 and os.path.isfile(name)
+
+
+def read_file(path: Any, fn: str) -> tuple[str, str]:
+    """(text, where): the UTF-8 text of the file at `path`, and `fn` with the
+    file's name, for the errors of what reads the text. Bad UTF-8 is a
+    ValueError naming the file, line and column; a str holding a line break
+    is text given in place of a name, a ValueError naming
+    `Fsa.from_openfst`.
+    """
+    if isinstance(path, str) and ("\n" in path or "\r" in path):
+        raise ValueError(
+            f"{fn}: takes a file name, not text ({quote(path)} holds a line break); "
+            f"read text with sj.Fsa.from_openfst(text)"
+        )
+    where = f"{fn}: {os.fsdecode(path)}"
+    with open(path, "rb") as file:
+        return messages.decode_utf8(file.read(), where), where
+
+
 def parse_openfst(
     text: str,
     *,
@@ -192,9 +249,11 @@ def parse_openfst(
     dtype: np.dtype,
     isymbols: SymbolTable | None = None,
     osymbols: SymbolTable | None = None,
+    fn: str = "from_openfst",
 ) -> build.ArcArrays:
-    """Parses AT&T text (see `Fsa.from_openfst` for the accepted forms)."""
-    fn = "from_openfst"
+    """Parses AT&T text (see `Fsa.from_openfst` for the accepted forms);
+    errors start with `fn` (the caller, and for a file its name)."""
+    check_text(text, fn)
     label_tables(None, isymbols, osymbols, fn)
     one_column = None  # an acceptor's label table, worked out at its first arc
     rows, finals, start = [], {}, None

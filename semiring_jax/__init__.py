@@ -3,35 +3,38 @@
 The public API (see API.md); everything else lives in `semiring_jax._src`.
 """
 
-from semiring_jax._src.algorithms import (
+from semiring_jax._src.core.batch import stack, unstack
+from semiring_jax._src.core.fsa import Fsa
+from semiring_jax._src.core.semiring import LOG, TROPICAL, Semiring, semiring
+from semiring_jax._src.dense.ctc import ctc_graph, ctc_loss, ctc_topo, forced_align
+from semiring_jax._src.dense.dense import dense_tot_score, viterbi_decode
+from semiring_jax._src.dense.lattice import intersect_dense
+from semiring_jax._src.dense.occupancy import dense_occupancy
+from semiring_jax._src.io.host.symbols import SymbolTable
+from semiring_jax._src.io.npz import load, save
+from semiring_jax._src.io.plot import plot_alignment
+from semiring_jax._src.scores.best_path import best_path
+from semiring_jax._src.scores.tot_score import (
+    arc_posteriors,
+    backward_scores,
+    forward_scores,
+    tot_score,
+)
+from semiring_jax._src.structural.combine import concat, union
+from semiring_jax._src.structural.compose import compose, intersect
+from semiring_jax._src.structural.determinize import determinize
+from semiring_jax._src.structural.epsilon import remove_epsilon
+from semiring_jax._src.structural.linear import linear_fsa
+from semiring_jax._src.structural.prune import prune
+from semiring_jax._src.structural.unary import (
     arc_sort,
     closure,
-    compose,
-    concat,
     connect,
-    intersect,
     invert,
     project,
-    prune,
     reverse,
     top_sort,
-    union,
 )
-from semiring_jax._src.batch import stack, unstack
-from semiring_jax._src.best_path import best_path
-from semiring_jax._src.ctc import ctc_graph, ctc_loss, ctc_topo, forced_align
-from semiring_jax._src.dense import dense_tot_score, viterbi_decode
-from semiring_jax._src.determinize import determinize
-from semiring_jax._src.epsilon import remove_epsilon
-from semiring_jax._src.fsa import Fsa
-from semiring_jax._src.host.symbols import SymbolTable
-from semiring_jax._src.lattice import intersect_dense
-from semiring_jax._src.linear import linear_fsa
-from semiring_jax._src.occupancy import dense_occupancy
-from semiring_jax._src.plot import plot_alignment
-from semiring_jax._src.semiring import LOG, TROPICAL, Semiring, semiring
-from semiring_jax._src.serialization import load, save
-from semiring_jax._src.tot_score import arc_posteriors, backward_scores, forward_scores, tot_score
 
 # The one source of the version: pyproject.toml reads this literal statically.
 __version__ = "0.1.0"

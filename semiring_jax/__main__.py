@@ -1,8 +1,8 @@
-"""`python -m semiring_jax`: the command line (see `semiring_jax._src.cli`)."""
+"""`python -m semiring_jax`: the command line (see `semiring_jax._src.cli.main`)."""
 
 import sys
 
-from semiring_jax._src.cli import main
+from semiring_jax._src.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,4 +1,4 @@
-"""Running an op on both paths: the compiled CPU kernels, and the portable
+"""Running an op on both paths: the compiled CPU loader, and the portable
 scans that GPUs and TPUs run (the kernels switched off at trace time)."""
 
 import contextlib
@@ -6,24 +6,24 @@ import contextlib
 import jax
 import numpy as np
 
-from semiring_jax._src import kernels
+from semiring_jax._src.kernels import loader
 
 
 @contextlib.contextmanager
 def scan_only():
     """Traces score ops with the kernels off (as on a GPU or TPU)."""
-    saved = kernels.enabled
-    kernels.enabled = lambda: False
+    saved = loader.enabled
+    loader.enabled = lambda: False
     jax.clear_caches()  # jitted ops keep the choice they were traced with
     try:
         yield
     finally:
-        kernels.enabled = saved
+        loader.enabled = saved
         jax.clear_caches()
 
 
 def both_paths(fn, *args):
-    """fn(*args) with the kernels, then with the scan only, as numpy.
+    """fn(*args) with the loader, then with the scan only, as numpy.
 
     Where the kernels cannot be built (no compiler, or another backend) the
     first run is the scan too: the per-path checks still test the scan, and

@@ -53,8 +53,8 @@ def padded(fsa):
     result, and K = 2 slots per position makes every state of degree > 2
     use a fan tree of helpers, so the trees are exercised too (the sizes
     fit every draw: at most 13 steps of 6 and 24 helpers)."""
-    from semiring_jax._src.batch import pad_entry
-    from semiring_jax._src.host.schedule import ScheduleShape
+    from semiring_jax._src.core.batch import pad_entry
+    from semiring_jax._src.core.host.schedule_tables import ScheduleShape
 
     shape = ScheduleShape(steps=16, width=6, in_slots=2, out_slots=2, helpers=28)
     return pad_entry(fsa, 6, 12, shape)

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 import semiring_jax as sj
-from semiring_jax._src.cli_parser import build_parser
+from semiring_jax._src.cli.parser import build_parser
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

@@ -15,14 +15,10 @@ import numpy as np
 import pytest
 
 import semiring_jax as sj
-from semiring_jax._src import (
-    dense_log,
-    dense_recursion,
-    determinize,
-    kernels,
-    level_pairs,
-    recursions,
-)
+from semiring_jax._src.dense import frame_scan, log_frame_scan
+from semiring_jax._src.kernels import loader
+from semiring_jax._src.scores import level_pairs, level_scan
+from semiring_jax._src.structural import determinize
 from tests import oracles
 from tests.paths import scan_only
 from tests.strategies import as_rows
@@ -201,10 +197,10 @@ def test_tot_score_paths_follow_the_declared_arithmetic(monkeypatch, builtin, co
             np.testing.assert_allclose(mine, theirs, rtol=1e-10, atol=1e-12)
     lowered = lambda s: jax.jit(lambda f: sj.tot_score(f, s)).lower(fsa).as_text()
     kernel = f"semiring_jax_{builtin.arithmetic}_total_f64"
-    if kernels.enabled():
+    if loader.enabled():
         assert kernel in lowered(fast) and kernel in lowered(builtin)
     assert "semiring_jax_" not in lowered(copy)
-    targets = ((level_pairs, "forward"), (recursions, "forward_positions"))
+    targets = ((level_pairs, "forward"), (level_scan, "forward_positions"))
     with scan_only():
         with calls(monkeypatch, *targets) as generic:
             sj.tot_score(fsa, copy)
@@ -230,7 +226,7 @@ def test_dense_paths_follow_the_declared_arithmetic(monkeypatch, builtin, copy, 
         )(emissions)
 
     want = scores(builtin)
-    targets = ((dense_log, "forward"), (dense_recursion, "_forward"))
+    targets = ((log_frame_scan, "forward"), (frame_scan, "_forward"))
     with calls(monkeypatch, *targets) as generic:
         got_copy = scores(copy)
     with calls(monkeypatch, *targets) as log_scan:
@@ -288,7 +284,7 @@ def test_times_is_addition_alone_shifts_the_dense_scan():
     # ⊕ commutes with a common shift wherever ⊗ is +: the dense scan keeps
     # MIN_PLUS's scores near 0 per frame (REAL's are never shifted) and
     # still gives the negated TROPICAL total.
-    assert dense_recursion._normalises(MIN_PLUS) and not dense_recursion._normalises(REAL)
+    assert frame_scan._normalises(MIN_PLUS) and not frame_scan._normalises(REAL)
     graph = sj.Fsa.from_arcs(
         [(0, 0, 0, 0.1), (0, 1, 1, -0.2), (1, 1, 1, 0.3), (1, 2, 2, 0.0), (2, 2, 0, 0.5)],
         final=[1, 2],

@@ -1,6 +1,6 @@
 // CPU kernels for the score recursions of acyclic Fsas (XLA FFI handlers).
 //
-// The level-scheduled lax.scan of recursions.py runs on every backend; on
+// The level-scheduled lax.scan of scores/level_scan.py runs on every backend; on
 // the CPU, XLA spends most of each level step launching small kernels. Here
 // one call walks the schedule's levels and pulls each state's incoming arcs
 // from the schedule's pull order (`Schedule.pull_*`, built on the host), so
@@ -34,7 +34,7 @@
 // TROPICAL: alpha[s] = max(one(s), alpha[src a] + w[a]); choice[s] is the
 //   winning arc, -1 for the start's empty prefix or none. Ties: the empty
 //   prefix, then the lowest arc index (pull order keeps arc order within a
-//   state), as recursions.py documents.
+//   state), as scores/level_scan.py documents.
 //
 // NaN in a real arc's weight or in any final weight makes the total NaN
 // and every gradient entry NaN. +inf stays +inf where a path uses it (-inf

@@ -1,0 +1,330 @@
+"""Dense intersection of a graph with per-frame scores [B, T, V].
+
+`dense_tot_score` and `viterbi_decode` run the scan of `frame_scan.py`
+over a graph's dense tables (`Schedule.dense_in_arc` and the rest, built on
+the host by `core/host/dense_tables.py`), vmapped over the batch, without
+materialising the lattice. The graph may be cyclic: every arc consumes one
+frame. The tables, and each frame's work, grow with the arcs and states, not
+with S times the largest degree.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpy.typing as npt
+
+from semiring_jax._src.core import checks
+from semiring_jax._src.core.fsa import Fsa
+from semiring_jax._src.core.host import messages
+from semiring_jax._src.core.semiring import LOG, TROPICAL, Semiring
+from semiring_jax._src.dense import frame_scan
+from semiring_jax._src.dense.slots import Slots, Tree
+
+__all__ = [
+    "as_array",
+    "check_emissions",
+    "check_graph",
+    "check_lengths",
+    "dense_tot_score",
+    "dtype_of",
+    "graph_slots",
+    "viterbi_decode",
+]
+
+
+def as_array(values: Any, name: str, fn: str) -> Any:
+    """`values` as an array: an array (numpy, JAX, traced) unchanged; Python
+    lists, tuples and scalars as numpy, floats in JAX's default float dtype
+    (float32 unless jax_enable_x64: what `jnp.asarray` makes of them) and
+    integers at full width, so that their values are checked before any
+    cast to int32. A ValueError for ragged or non-numeric data."""
+    if hasattr(values, "dtype") and hasattr(values, "shape"):
+        return values
+    try:
+        array = np.asarray(values)
+    except jax.errors.TracerArrayConversionError:
+        return jnp.asarray(values)  # e.g. a list of traced scalars
+    except (TypeError, ValueError, OverflowError) as err:
+        raise ValueError(
+            f"{fn}: {name} must be an array, or a rectangular list or tuple, of numbers: "
+            f"{messages.cut(str(err), 120)}"
+        ) from None
+    if array.dtype.kind not in "biuf":
+        raise ValueError(
+            f"{fn}: {name} must hold numbers (integers within int64), got dtype {array.dtype}"
+        )
+    if array.dtype.kind == "f":
+        array = array.astype(jax.dtypes.canonicalize_dtype(array.dtype))
+    return array
+
+
+def dtype_of(values: Any) -> np.dtype:
+    """The dtype of an array or of array-like data (lists, tuples, scalars:
+    the dtype `as_array` gives them)."""
+    if hasattr(values, "dtype"):
+        return np.dtype(values.dtype)
+    return np.dtype(as_array(values, "values", "dtype_of").dtype)
+
+
+def check_emissions(emissions: Any, fn: str, name: str = "emissions") -> jax.Array:
+    """`emissions` as a float [B, T, V] array; a ValueError otherwise."""
+    emissions = as_array(emissions, name, fn)
+    if np.ndim(emissions) != 3:
+        raise ValueError(
+            f"{fn}: {name} must have rank 3, [B, T, V], got shape {tuple(np.shape(emissions))}"
+        )
+    dtype = dtype_of(emissions)
+    if not np.issubdtype(dtype, np.floating):
+        raise ValueError(f"{fn}: {name} must be float32 or float64, got {dtype}")
+    checks.check_float_dtype(dtype, name, fn)
+    return jnp.asarray(emissions)
+
+
+def check_lengths(
+    lengths: Any, batch: int, limit: int, fn: str, name: str, limit_name: str
+) -> jax.Array:
+    """int32 [B] lengths in [0, limit]: values checked when concrete (before
+    the cast), clamped to [0, limit] when traced (before the cast, so that
+    an int64 length of 2**32 + 5 never wraps to 5)."""
+    if lengths is None:
+        return jnp.full((batch,), limit, jnp.int32)
+    lengths = as_array(lengths, name, fn)
+    if tuple(np.shape(lengths)) != (batch,):
+        raise ValueError(
+            f"{fn}: {name} must have shape [B] = ({batch},), got {tuple(np.shape(lengths))}"
+        )
+    if not np.issubdtype(dtype_of(lengths), np.integer):
+        raise ValueError(f"{fn}: {name} must hold integers, got {dtype_of(lengths)}")
+    if not checks.is_traced(lengths):
+        values = np.asarray(lengths)
+        bad = np.flatnonzero((values < 0) | (values > limit))
+        if bad.size:
+            b = int(bad[0])
+            raise ValueError(
+                f"{fn}: {name}[{b}] = {values[b]} is outside [0, {limit_name}] = [0, {limit}]"
+            )
+        return jnp.asarray(lengths).astype(jnp.int32)
+    return jnp.clip(lengths, 0, limit).astype(jnp.int32)
+
+
+def check_graph(graph: Any, batch: int, num_columns: int, dtype: np.dtype, fn: str) -> None:
+    """Raises unless `graph` is an Fsa shared by the batch or one per entry,
+    with labels in [0, V) (checked when concrete) and the emissions' dtype."""
+    if not isinstance(graph, Fsa):
+        raise TypeError(f"{fn}: graph must be an Fsa, got {type(graph).__name__}")
+    if graph.batch_shape not in ((), (batch,)):
+        raise ValueError(
+            f"{fn}: graph has batch_shape {graph.batch_shape} but emissions "
+            f"has B = {batch}; pass one graph or a batch of B graphs"
+        )
+    if graph.dtype != dtype:
+        raise ValueError(f"{fn}: graph weights are {graph.dtype} but emissions are {dtype}")
+    if checks.is_traced(graph.ilabel) or checks.is_traced(graph.arc_mask):
+        return
+    labels = np.atleast_2d(np.asarray(graph.ilabel))  # [B or 1, A]
+    real = np.atleast_2d(np.asarray(graph.arc_mask))
+    bad = np.argwhere(real & ((labels < 0) | (labels >= num_columns)))
+    if bad.size:
+        entry, arc = (int(i) for i in bad[0])
+        where = f"graph entry {entry}, arc {arc}" if graph.batch_shape else f"graph arc {arc}"
+        raise ValueError(
+            f"{fn}: {where} has label {labels[entry, arc]}, outside the "
+            f"emission columns [0, V) = [0, {num_columns})"
+        )
+
+
+def graph_slots(graph: Fsa, semiring: Semiring) -> tuple[Slots, jax.Array, jax.Array]:
+    """(slots, slot_weight [R, K], final_weight [S]) of one unbatched graph,
+    read through its host-built tables (gathers only); unused slots and
+    non-final states weigh the semiring's zero."""
+    tables = graph.schedule
+    in_arc = tables.dense_in_arc  # [R, K], A where unused
+    num_states = graph.num_states
+    num_rows = in_arc.shape[0]
+    src = jnp.append(graph.src, 0)[in_arc]
+    label = jnp.append(graph.ilabel, 0)[in_arc]
+    dst = jnp.append(graph.dst, num_states)  # A: no state
+    weight = jnp.append(graph.weight, semiring.zero)[in_arc]
+    # A state's further rows (R > S) start with one of its arcs, and
+    # padding rows with arc A.
+    row_state = None
+    if num_rows > num_states:
+        first = jnp.arange(num_states, dtype=jnp.int32)
+        row_state = jnp.concatenate([first, dst[in_arc[num_states:, 0]].astype(jnp.int32)])
+    leaving = jnp.asarray(tables.dense_out_slot)  # [Ro, Ko], R * K where unused
+    out_dst = dst[jnp.append(in_arc.reshape(-1), graph.num_arcs)[leaving]]
+    slots = Slots(
+        src=src,
+        label=label,
+        leaving=leaving,
+        row_state=row_state,
+        in_tree=Tree(jnp.asarray(tables.dense_in_leaf), jnp.asarray(tables.dense_in_top)),
+        out_dst=out_dst,
+        out_tree=Tree(jnp.asarray(tables.dense_out_leaf), jnp.asarray(tables.dense_out_top)),
+    )
+    # Non-final states stop with the semiring's zero, whatever they store.
+    final_weight = jnp.where(graph.final_mask, graph.final_weight, semiring.zero)
+    return slots, weight, final_weight
+
+
+def _over_batch(
+    one_utterance: Callable[[Fsa, jax.Array, jax.Array], Any],
+    graph: Fsa,
+    emissions: jax.Array,
+    lengths: jax.Array,
+) -> Any:
+    """`one_utterance(graph, emissions [T, V], length)` vmapped over B."""
+    graph_axis = 0 if graph.batch_shape else None
+    return jax.vmap(one_utterance, in_axes=(graph_axis, 0, 0))(graph, emissions, lengths)
+
+
+@functools.partial(jax.jit, static_argnames="semiring")
+def _dense_tot_score(
+    graph: Fsa, emissions: jax.Array, lengths: jax.Array, semiring: Semiring
+) -> jax.Array:
+    def one_utterance(graph: Fsa, emissions: jax.Array, length: jax.Array) -> jax.Array:
+        slots, slot_weight, final_weight = graph_slots(graph, semiring)
+        return frame_scan.total(semiring, slots, slot_weight, final_weight, emissions, length)
+
+    return _over_batch(one_utterance, graph, emissions, lengths)
+
+
+def dense_tot_score(
+    graph: Fsa,
+    emissions: npt.ArrayLike,
+    lengths: npt.ArrayLike | None = None,
+    semiring: Semiring = LOG,
+) -> jax.Array:
+    """⊕ over the paths of `graph` that consume exactly `lengths[b]` frames.
+
+    Every arc consumes one frame and adds `emissions[b, t, arc.ilabel]` to
+    its weight (label 0 is an ordinary column here, e.g. a CTC blank); a
+    path counts if it starts in state 0 and ends in a final state (adding
+    its final weight) after exactly `lengths[b]` frames. The lattice is not
+    materialised: a `lax.scan` over frames carries the [S] forward scores,
+    normalised per frame so that float32 stays accurate for long inputs.
+
+    Gradients (a backward recursion for LOG and TROPICAL, as a custom JVP:
+    forward and reverse mode both work): with respect to `emissions`
+    they are the per-frame posteriors of each column (LOG) or the 0/1
+    indicator of the best path's columns (TROPICAL; ties: the lowest
+    best final state, then the lowest-numbered arc into each state); with
+    respect to `graph.weight` / `final_weight`, the expected number of uses
+    (LOG) or the count on the best path. Frames past `lengths[b]` get
+    gradient exactly 0; so does everything when no path succeeds (-inf).
+    NaN in a weight or in an emission the scan reads (within the length)
+    gives NaN, with NaN gradients. Other semirings: plain autodiff through
+    an unnormalised scan.
+
+    Args:
+      graph: an Fsa (cyclic allowed) shared by the batch, or a batched Fsa
+        with B entries (one graph per utterance). Labels in [0, V).
+      emissions: float [B, T, V], per-frame scores (e.g. log-probabilities).
+      lengths: int [B], frames per utterance in [0, T]; T by default.
+        Checked when concrete; traced, clamped to [0, T] before the cast
+        to int32 (an int64 value never wraps).
+      semiring: LOG (default), TROPICAL or any `Semiring`.
+    Returns:
+      float [B]; -inf where no path of the right length succeeds.
+    Raises:
+      ValueError: for emissions not of rank 3, lengths outside [0, T], a
+        batched graph whose size is not B, a label outside [0, V) (naming
+        the arc), or a graph dtype that differs from the emissions'.
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> import semiring_jax as sj
+      >>> graph = sj.Fsa.from_arcs([(0, 0, 0, 0.0), (0, 1, 1, 0.0), (1, 1, 1, 0.0)],
+      ...                          final=[1])
+      >>> emissions = jnp.log(jnp.array([[[0.5, 0.5], [0.25, 0.75]]], jnp.float32))
+      >>> print(jnp.round(jnp.exp(sj.dense_tot_score(graph, emissions)), 4))
+      [0.75]
+    """
+    emissions = check_emissions(emissions, "dense_tot_score")
+    batch, num_frames, num_columns = emissions.shape
+    lengths = check_lengths(lengths, batch, num_frames, "dense_tot_score", "lengths", "T")
+    check_graph(graph, batch, num_columns, emissions.dtype, "dense_tot_score")
+    return _dense_tot_score(graph, emissions, lengths, semiring)
+
+
+@jax.jit
+def _viterbi_decode(
+    graph: Fsa, emissions: jax.Array, lengths: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    def one_utterance(
+        graph: Fsa, emissions: jax.Array, length: jax.Array
+    ) -> tuple[jax.Array, jax.Array]:
+        slots, slot_weight, final_weight = graph_slots(graph, TROPICAL)
+        return best_columns(slots, slot_weight, final_weight, emissions, length)
+
+    return _over_batch(one_utterance, graph, emissions, lengths)
+
+
+def best_columns(
+    slots: Slots,
+    slot_weight: jax.Array,
+    final_weight: jax.Array,
+    emissions: jax.Array,
+    length: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
+    """(int32 [T] column per frame, -1 past `length`; best score []) of one
+    utterance. The score is the TROPICAL total, so it is differentiable."""
+    alpha, choices, _ = frame_scan.forward_with_choices(
+        TROPICAL,
+        slots,
+        jax.lax.stop_gradient(slot_weight),
+        jax.lax.stop_gradient(emissions),
+        length,
+    )
+    _, columns, _, _ = frame_scan.best_frames(
+        TROPICAL,
+        slots,
+        slot_weight.shape,
+        jax.lax.stop_gradient(final_weight),
+        alpha,
+        choices,
+        length,
+    )
+    score = frame_scan.total(TROPICAL, slots, slot_weight, final_weight, emissions, length)
+    return columns.astype(jnp.int32), score
+
+
+def viterbi_decode(
+    graph: Fsa, emissions: npt.ArrayLike, lengths: npt.ArrayLike | None = None
+) -> tuple[jax.Array, jax.Array]:
+    """The best path through `graph`'s dense intersection, frame by frame.
+
+    The path maximises the TROPICAL score of `dense_tot_score` (ties as
+    there: the lowest best final state, then the lowest-numbered arc).
+
+    Args:
+      graph: an Fsa shared by the batch, or a batched Fsa with B entries.
+      emissions: float [B, T, V].
+      lengths: int [B] in [0, T]; T by default.
+    Returns:
+      `(frame_labels, scores)`: int32 [B, T], the ilabel of the arc taken at
+      each frame (-1 past `lengths[b]`, and everywhere when no path
+      succeeds); float [B], the best path's score, equal to
+      `dense_tot_score(graph, emissions, lengths, sj.TROPICAL)`.
+    Raises:
+      ValueError: as `dense_tot_score`.
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> import semiring_jax as sj
+      >>> graph = sj.Fsa.from_arcs([(0, 0, 0, 0.0), (0, 1, 1, 0.0), (1, 1, 1, 0.0)],
+      ...                          final=[1])
+      >>> emissions = jnp.log(jnp.array([[[0.6, 0.4], [0.25, 0.75], [0.1, 0.9]]], jnp.float32))
+      >>> labels, scores = sj.viterbi_decode(graph, emissions)
+      >>> print(labels, jnp.round(jnp.exp(scores), 4))
+      [[0 1 1]] [0.405]
+    """
+    emissions = check_emissions(emissions, "viterbi_decode")
+    batch, num_frames, num_columns = emissions.shape
+    lengths = check_lengths(lengths, batch, num_frames, "viterbi_decode", "lengths", "T")
+    check_graph(graph, batch, num_columns, emissions.dtype, "viterbi_decode")
+    return _viterbi_decode(graph, emissions, lengths)

@@ -1,0 +1,231 @@
+"""The LOG dense scan: forward scores and per-frame posteriors, compensated.
+
+Scores are carried as (hi, lo) pairs (`core/compensated.py`): hi is a float,
+lo the exact rounding residue of every large addition, so the pair holds a
+score to ~1e-7 absolute however large it grows (-17,000 after 5,000 frames,
+where a float32's spacing is 0.002). That is what keeps float32 posteriors
+accurate at T = 5,000 frames (API.md, Precision), and it does so without
+normalising each frame: a posterior is exp(α + β - Z) formed from pairs,
+elementwise, with no per-frame reduction over states. Every step is then
+elementwise work over [R] rows (and a few slots), which XLA fuses into few
+kernels, and, for states with more than one row, a few reductions of pairs
+up their trees (`dense_slots.to_states`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.typing import DTypeLike
+
+from semiring_jax._src.core import compensated
+from semiring_jax._src.dense.slots import (
+    Slots,
+    Slotwise,
+    Tree,
+    by_columns,
+    frame_columns,
+    frame_scores,
+    num_states,
+    pull_columns,
+    push_columns,
+    push_destinations,
+    to_states,
+    varying_like,
+)
+
+__all__ = ["forward", "posterior_grads", "total_pair"]
+
+_ZERO = -jnp.inf
+
+
+def _start(size: int, dtype: DTypeLike, reference: jax.Array) -> tuple[jax.Array, jax.Array]:
+    hi = jnp.full(size, _ZERO, dtype).at[0].set(0)
+    return varying_like(reference, hi), varying_like(reference, jnp.zeros(size, dtype))
+
+
+def _to_dst(
+    slots: Slots, slot_weight: jax.Array, frame: jax.Array, his: Slotwise, los: Slotwise
+) -> tuple[Slotwise, Slotwise]:
+    """slot weight + emission + (hi, lo), slot by slot, as pairs (columns
+    or [R, K] arrays, as `dense_slots.by_columns` says).
+
+    The weight and the emission are O(1) numbers: their plain float sum is
+    as exact as the inputs themselves; only adding it to the (large) score
+    needs compensating."""
+    num_slots = slot_weight.shape[1]
+    emissions = frame_columns(frame, slots, num_slots)
+    if not by_columns(slots, num_slots):
+        assert not isinstance(emissions, list)  # by_columns says which
+        return _add(his, los, slot_weight + emissions)
+    return _add(his, los, [slot_weight[:, k] + emissions[k] for k in range(num_slots)])
+
+
+def _add(his: Slotwise, los: Slotwise, values: Slotwise) -> tuple[Slotwise, Slotwise]:
+    """(hi, lo) + values slot by slot, for columns or an [R, K] array."""
+    if not isinstance(his, list):
+        assert not isinstance(los, list) and not isinstance(values, list)  # like `his`
+        return compensated.add(his, los, values)
+    pairs = [compensated.add(hi, lo, value) for hi, lo, value in zip(his, los, values)]
+    return [hi for hi, _ in pairs], [lo for _, lo in pairs]
+
+
+def _log_sum(his: Slotwise, los: Slotwise) -> tuple[jax.Array, jax.Array]:
+    """log Σ over a row's slots, for columns or an [R, K] array."""
+    if isinstance(his, list):
+        assert isinstance(los, list)  # like `his`
+        return compensated.log_sum_columns(his, los)
+    assert not isinstance(los, list)  # like `his`
+    return compensated.log_sum_pair(his, los, axis=1)
+
+
+def _pair_sum(values: list[jax.Array]) -> list[jax.Array]:
+    return list(compensated.log_sum_pair(values[0], values[1], axis=1))
+
+
+def _states(rows: tuple[jax.Array, jax.Array], tree: Tree | None) -> tuple[jax.Array, jax.Array]:
+    """log Σ over each state's rows [R], as pairs [S]."""
+    hi, lo = to_states(rows, tree, (_ZERO, 0.0), _pair_sum)
+    return hi, lo
+
+
+def _per_row(values: jax.Array, slots: Slots, fill: float) -> jax.Array:
+    """Per-state values [S] at each incoming row's state [R]."""
+    if slots.row_state is None:
+        return values
+    return jnp.concatenate([values, jnp.full((1,), fill, values.dtype)])[slots.row_state]
+
+
+def _stacked(values: Slotwise) -> jax.Array:
+    return jnp.stack(values, axis=1) if isinstance(values, list) else values
+
+
+def forward(
+    slots: Slots, slot_weight: jax.Array, emissions: jax.Array, length: jax.Array
+) -> tuple[tuple[jax.Array, jax.Array], Any]:
+    """((α_hi, α_lo) [S] after `length` frames, (hi, lo) [T, S] after each
+    frame)."""
+    num_rows, num_slots = slot_weight.shape
+
+    def step(
+        carry: tuple[jax.Array, jax.Array], inputs: tuple[jax.Array, jax.Array]
+    ) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:
+        hi, lo = carry
+        t, frame = inputs
+        terms = _to_dst(
+            slots,
+            slot_weight,
+            frame,
+            pull_columns(hi, slots, num_slots, _ZERO),
+            pull_columns(lo, slots, num_slots, 0.0),
+        )
+        new_hi, new_lo = _states(_log_sum(*terms), slots.in_tree)
+        active = t < length
+        hi, lo = jnp.where(active, new_hi, hi), jnp.where(active, new_lo, lo)
+        return (hi, lo), (hi, lo)
+
+    frames = jnp.arange(emissions.shape[0], dtype=jnp.int32)
+    start = _start(num_states(slots, num_rows), slot_weight.dtype, emissions)
+    return jax.lax.scan(step, start, (frames, emissions))
+
+
+def total_pair(
+    alpha: tuple[jax.Array, jax.Array], final_weight: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """Z = log Σ_s exp(α[s] + final_weight[s]), as a pair."""
+    return compensated.log_sum_pair(*compensated.add(*alpha, final_weight), axis=0)
+
+
+def posterior_grads(
+    slot_grads: bool,
+    slots: Slots,
+    slot_weight: jax.Array,
+    final_weight: jax.Array,
+    emissions: jax.Array,
+    length: jax.Array,
+    alpha_end: tuple[jax.Array, jax.Array],
+    saved: tuple[jax.Array, jax.Array],
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(slot [R, K], final [S], emission [T, V] or [T, S]) gradients of the
+    total: expected uses of each slot, stopping posteriors, and per-frame
+    column (or state) posteriors; all exactly 0 when the total is -inf."""
+    num_rows, num_slots = slot_weight.shape
+    size = num_states(slots, num_rows)
+    num_columns = emissions.shape[1]
+    z_hi, z_lo = total_pair(alpha_end, final_weight)
+    final_grad = compensated.exp_difference(*compensated.add(*alpha_end, final_weight), z_hi, z_lo)
+    saved_hi, saved_lo = saved
+    # Per-state emissions and no slot gradient: the state occupancies
+    # exp(α after t + β after t - Z) are the emission gradient, [S] per
+    # frame; otherwise the slot posteriors are needed, from α before t.
+    by_state = slots.label is None and not slot_grads
+    if not by_state:
+        start_hi, start_lo = _start(size, slot_weight.dtype, emissions)
+        saved_hi = jnp.concatenate([start_hi[None], saved_hi[:-1]])
+        saved_lo = jnp.concatenate([start_lo[None], saved_lo[:-1]])
+
+    def step(
+        carry: tuple[jax.Array, jax.Array, jax.Array], inputs: tuple[jax.Array, ...]
+    ) -> tuple[tuple[jax.Array, jax.Array, jax.Array], jax.Array]:
+        beta_hi, beta_lo, slot_grad = carry  # β after frame t; [R, K] so far
+        t, frame, alpha_hi, alpha_lo = inputs
+        active = t < length
+        added = slot_weight + frame_scores(frame, slots)  # [R, K]
+        if by_state:
+            path_hi, path_lo = compensated.add(alpha_hi, alpha_lo + beta_lo, beta_hi)
+            posterior = compensated.exp_difference(path_hi, path_lo, z_hi, z_lo)
+            emission_grad = jnp.where(active, posterior, jnp.zeros_like(posterior))
+        else:
+            to_hi, to_lo = compensated.add(
+                _per_row(beta_hi, slots, _ZERO)[:, None],
+                _per_row(beta_lo, slots, 0.0)[:, None],
+                added,
+            )
+            from_hi = _stacked(pull_columns(alpha_hi, slots, num_slots, _ZERO))
+            from_lo = _stacked(pull_columns(alpha_lo, slots, num_slots, 0.0))
+            posterior = compensated.exp_difference(
+                *compensated.add(from_hi, from_lo + to_lo, to_hi), z_hi, z_lo
+            )
+            posterior = jnp.where(active, posterior, jnp.zeros_like(posterior))
+            slot_grad = slot_grad + posterior
+            emission_grad = _columns(slots, posterior, num_columns, size)
+        rows = _log_sum(
+            *_add(
+                push_destinations(beta_hi, slots, num_slots, _ZERO),
+                push_destinations(beta_lo, slots, num_slots, 0.0),
+                push_columns(added, slots, _ZERO),
+            )
+        )
+        new_hi, new_lo = _states(rows, slots.out_tree)
+        beta_hi = jnp.where(active, new_hi, beta_hi)
+        beta_lo = jnp.where(active, new_lo, beta_lo)
+        return (beta_hi, beta_lo, slot_grad), emission_grad
+
+    frames = jnp.arange(emissions.shape[0], dtype=jnp.int32)
+    init = (
+        varying_like(emissions, final_weight),
+        varying_like(emissions, jnp.zeros_like(final_weight)),
+        varying_like(
+            emissions,
+            jnp.zeros_like(slot_weight) if not by_state else jnp.zeros((), slot_weight.dtype),
+        ),
+    )
+    (_, _, slot_grad), emission_grad = jax.lax.scan(
+        step, init, (frames, emissions, saved_hi, saved_lo), reverse=True
+    )
+    if by_state:
+        slot_grad = jnp.zeros_like(slot_weight)
+    return slot_grad, final_grad, emission_grad
+
+
+def _columns(slots: Slots, mass: jax.Array, num_columns: int, size: int) -> jax.Array:
+    """Sums slot posteriors `mass` [R, K] into [V] by emission column, or
+    into [S] (`size`) when the emissions are per state (label None)."""
+    if slots.label is None:
+        per_row = jnp.sum(mass, axis=1)
+        if slots.row_state is None:
+            return per_row
+        return jnp.zeros(size, mass.dtype).at[slots.row_state].add(per_row, mode="drop")
+    return jnp.zeros(num_columns, mass.dtype).at[slots.label.reshape(-1)].add(mass.reshape(-1))

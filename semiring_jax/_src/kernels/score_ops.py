@@ -1,0 +1,109 @@
+"""`tot_score` and its gradients through the compiled CPU kernels (traced).
+
+The kernels (`kernels/scores.cc`) walk an unbatched Fsa's states in
+topological order and pull each state's incoming arcs from
+`Schedule.pull_*`: one pass over the arcs for the value, and one more,
+backward, in the same call for the gradient, in place of the level scan's
+many small XLA loader. Batches reach them through `jax.vmap` (the FFI
+calls loop over the batch inside one call).
+
+The gradient call is a `derivatives.kernel`: its own derivative is the
+portable recursion's (passed in as `reference`), so second derivatives
+agree with the scan's.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from semiring_jax._src.core import derivatives
+from semiring_jax._src.core.array_types import ArrayLeaf
+from semiring_jax._src.core.schedule import Schedule
+from semiring_jax._src.core.semiring import Semiring
+from semiring_jax._src.kernels import loader
+
+__all__ = ["total", "usable", "value_and_grads"]
+
+Diff = tuple[jax.Array, jax.Array]  # (weight [A], final_weight [S])
+Aux = tuple[Schedule, ArrayLeaf]  # (schedule, src [A])
+
+
+def usable(semiring: Semiring, weight: ArrayLeaf) -> bool:
+    """Whether the kernels serve this semiring and dtype (trace time)."""
+    return (
+        semiring.arithmetic is not None
+        and jnp.dtype(weight.dtype) in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64))
+        and loader.enabled()
+    )
+
+
+def _target(semiring: Semiring, what: str, dtype: jnp.dtype) -> str:
+    return f"semiring_jax_{semiring.arithmetic}_{what}_{'f32' if dtype == jnp.float32 else 'f64'}"
+
+
+def _tables(schedule: Schedule) -> tuple[jax.Array, ...]:
+    """The tables the kernels walk: pos_state, pull_end [L, W], pull_arc,
+    pull_src [A]."""
+    fields = (schedule.pos_state, schedule.pull_end, schedule.pull_arc, schedule.pull_src)
+    return tuple(jnp.asarray(table, jnp.int32) for table in fields)
+
+
+def _inputs(weight: ArrayLeaf, final: ArrayLeaf) -> Diff:
+    weight = jnp.asarray(weight)
+    return weight, jnp.asarray(final, weight.dtype)
+
+
+def total(semiring: Semiring, schedule: Schedule, weight: ArrayLeaf, final: ArrayLeaf) -> jax.Array:
+    """The total score [] of an unbatched Fsa by the value kernel (not
+    differentiable by JAX: callers wrap it in `derivatives.score`)."""
+    weight, final = _inputs(weight, final)
+    call = jax.ffi.ffi_call(
+        _target(semiring, "total", weight.dtype),
+        jax.ShapeDtypeStruct((), weight.dtype),
+        vmap_method="broadcast_all",
+    )
+    return call(weight, final, *_tables(schedule))
+
+
+@functools.cache
+def _op(semiring: Semiring, reference: derivatives.ValueAndGrad) -> derivatives.KernelOp:
+    """The gradient kernel and its reference; cached, so that traces share
+    one static argument."""
+
+    def kernel(diff: Diff, aux: Aux) -> tuple[jax.Array, Diff]:
+        (weight, final), (schedule, src) = diff, aux
+        dtype = weight.dtype
+        shapes = (
+            jax.ShapeDtypeStruct((), dtype),
+            jax.ShapeDtypeStruct(weight.shape, dtype),
+            jax.ShapeDtypeStruct(final.shape, dtype),
+        )
+        call = jax.ffi.ffi_call(
+            _target(semiring, "grad", dtype), shapes, vmap_method="broadcast_all"
+        )
+        # The tropical trace-back also reads each arc's source state.
+        extra = () if semiring.arithmetic == "log" else (jnp.asarray(src, jnp.int32),)
+        value, arc_grad, final_grad = call(weight, final, *_tables(schedule), *extra)
+        return value, (arc_grad, final_grad)
+
+    return derivatives.KernelOp(kernel, reference)
+
+
+def value_and_grads(
+    semiring: Semiring,
+    reference: derivatives.ValueAndGrad,
+    schedule: Schedule,
+    src: ArrayLeaf,
+    weight: ArrayLeaf,
+    final: ArrayLeaf,
+) -> tuple[jax.Array, Diff]:
+    """(total [], (∂/∂weight [A], ∂/∂final [S])) by the gradient kernel;
+    differentiable through `reference((weight, final), (schedule, src))`,
+    the portable recursion's (total, gradients)."""
+    result: tuple[jax.Array, Diff] = derivatives.kernel(
+        _op(semiring, reference), _inputs(weight, final), (schedule, src)
+    )
+    return result

@@ -1,0 +1,338 @@
+"""Total, forward and backward scores and arc posteriors (jit/vmap/grad).
+
+Semirings that declare an `arithmetic` ("log": LOG's, "tropical":
+TROPICAL's) run the compensated level scans of `scores/level_pairs.py` (or, on a
+single CPU, the compiled kernels of `score_ops.py`); any other semiring
+runs the float level scans of `level_scan.py`. `tot_score` is
+differentiated by `derivatives.score`: a custom JVP whose tangent is
+⟨gradient, tangent⟩, with the gradient computed once by a backward
+recursion — LOG's posteriors exp(α + w + β - Z), TROPICAL's trace-back of
+one path, or for other semirings that give `sum_grad` / `argsum` the level
+scan of local derivatives (`level_scan.path_gradients`) or a trace-back. So
+forward and reverse mode both work, and second derivatives come from
+autodiff through those level_scan. Other semirings are differentiated by
+plain autodiff through the recursion.
+
+| total | gradients (every path: kernels and scans alike)          |
+| -inf  | exactly 0                                                 |
+| +inf  | LOG: NaN; TROPICAL: the indicator of the best path (through |
+|       | a +inf weight); the +inf total stays visible              |
+| NaN   | NaN (a NaN weight on any real arc, or a NaN final weight) |
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from semiring_jax._src.core import derivatives
+from semiring_jax._src.core.array_types import ArrayLeaf
+from semiring_jax._src.core.batch import jit_over_batch
+from semiring_jax._src.core.fsa import Fsa
+from semiring_jax._src.core.schedule import Schedule
+from semiring_jax._src.core.semiring import LOG, Semiring
+from semiring_jax._src.kernels import score_ops
+from semiring_jax._src.scores import level_pairs, level_scan
+
+__all__ = [
+    "arc_posteriors",
+    "backward_scores",
+    "check_scorable",
+    "final_weights",
+    "forward_scores",
+    "tot_score",
+]
+
+
+def check_scorable(fsa: Fsa, fn: str) -> None:
+    """Raises unless `fsa` is an acyclic Fsa whose schedule fits its sizes
+    (checked on static metadata and shapes)."""
+    if not isinstance(fsa, Fsa):
+        raise TypeError(f"{fn}: expected an Fsa, got {type(fsa).__name__}")
+    if fsa.cycle:
+        path = " -> ".join(str(state) for state in fsa.cycle)
+        raise ValueError(
+            f"{fn}: state {fsa.cycle[0]} lies on a cycle ({path}); score recursions "
+            f"need an acyclic FSA"
+        )
+    _check_schedule_shapes(fsa, fn)
+
+
+def _check_schedule_shapes(fsa: Fsa, fn: str) -> None:
+    """A schedule built for another Fsa (`dataclasses.replace(fsa,
+    schedule=...)`) would index past this one's arrays."""
+    schedule = fsa.schedule
+    per_arc = ("pull_arc", "pull_src", "arc_src_pos", "arc_dst_pos", "arc_grad_index")
+    expected = {name: fsa.num_arcs for name in per_arc}
+    expected["state_pos"] = fsa.num_states
+    for name, size in expected.items():
+        shape = getattr(schedule, name).shape
+        if shape[-1:] != (size,):
+            raise ValueError(
+                f"{fn}: the schedule's {name} has shape {tuple(shape)} but the Fsa has "
+                f"{size} {'arcs' if name in per_arc else 'states'} (a schedule of another Fsa?)"
+            )
+    levels, width = schedule.pos_state.shape[-2:]
+    if levels and not width:
+        raise ValueError(f"{fn}: the schedule has {levels} levels of width 0")
+    if schedule.pull_end.shape != schedule.pos_state.shape:
+        raise ValueError(
+            f"{fn}: the schedule's pull_end {tuple(schedule.pull_end.shape)} and pos_state "
+            f"{tuple(schedule.pos_state.shape)} differ in shape (a schedule of another Fsa?)"
+        )
+
+
+def final_weights(fsa: Fsa, semiring: Semiring) -> jax.Array:
+    """`final_weight` on final states, the semiring's zero elsewhere, [..., S].
+
+    Which states are final is `final_mask`: the values stored at non-final
+    and padding states (-inf, the zero of LOG and TROPICAL) would be NaN or
+    a wrong term in another semiring (e.g. -inf * 0 in the real one).
+    """
+    return jnp.where(fsa.final_mask, fsa.final_weight, semiring.zero)
+
+
+def _is_builtin(semiring: Semiring) -> bool:
+    """Semirings with LOG's or TROPICAL's arithmetic, whose recursions run
+    on compensated pairs."""
+    return semiring.arithmetic is not None
+
+
+def _has_rules(semiring: Semiring) -> bool:
+    """Semirings whose gradient is a backward recursion, not autodiff (an
+    `arithmetic` implies one: it needs `sum_grad` or `argsum`)."""
+    return semiring.sum_grad is not None or semiring.argsum is not None
+
+
+def _inf_undefined(semiring: Semiring) -> bool:
+    """LOG's posteriors of a +inf total are NaN (undefined, and visible)."""
+    return semiring.arithmetic == "log"
+
+
+def _total(
+    semiring: Semiring, schedule: Schedule, alpha: jax.Array, final_weight: ArrayLeaf
+) -> jax.Array:
+    return semiring.sum(level_scan.endings(semiring, schedule, alpha, final_weight), axis=0)
+
+
+def _scan_total(
+    semiring: Semiring, schedule: Schedule, weight: ArrayLeaf, final_weight: ArrayLeaf
+) -> jax.Array:
+    """The total score [] by the portable level scans."""
+    if _is_builtin(semiring):
+        tropical = semiring.arithmetic == "tropical"
+        pair, _ = level_pairs.forward(schedule, weight, tropical=tropical)
+        total, _ = level_pairs.total(schedule, pair, final_weight, tropical=tropical)
+        return total[0] + total[1]
+    alpha, _ = level_scan.forward_positions(semiring, schedule, weight)
+    return _total(semiring, schedule, alpha, final_weight)
+
+
+def _rule_gradients(
+    semiring: Semiring, schedule: Schedule, weight: ArrayLeaf, final_weight: ArrayLeaf
+) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    """(total, gradients) of a user semiring with `sum_grad` or `argsum`."""
+    final_weight = jnp.asarray(final_weight)
+    if semiring.argsum is None:
+        alpha, local = level_scan.forward_positions(semiring, schedule, weight, with_local=True)
+        grads = level_scan.path_gradients(semiring, schedule, final_weight, alpha, local)
+        return _total(semiring, schedule, alpha, final_weight), grads
+    alpha, choices = level_scan.forward_positions(semiring, schedule, weight, with_choice=True)
+    arcs, final_state, found = level_scan.best_path_arcs(
+        semiring, schedule, final_weight, alpha, choices
+    )
+    num_arcs = schedule.arc_src_pos.shape[0]
+    on_path = jnp.zeros(num_arcs + 1, final_weight.dtype).at[arcs].set(1)[:num_arcs]
+    stop = jnp.zeros_like(final_weight).at[final_state].set(found.astype(final_weight.dtype))
+    return _total(semiring, schedule, alpha, final_weight), (on_path, stop)
+
+
+def _scan_value_and_grads(
+    semiring: Semiring, diff: tuple[ArrayLeaf, ArrayLeaf], aux: tuple[Schedule, ArrayLeaf]
+) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    """(total [], (∂/∂weight [A], ∂/∂final_weight [S])) by the portable
+    scans; differentiable JAX (the kernels' reference)."""
+    (weight, final_weight), (schedule, _) = diff, aux
+    if semiring.arithmetic == "log":
+        total, arc_grad, final_grad = level_pairs.log_gradients(schedule, weight, final_weight)
+        grads = (arc_grad, final_grad)
+    elif semiring.arithmetic == "tropical":
+        total, arc_grad, final_grad = level_pairs.tropical_gradients(schedule, weight, final_weight)
+        grads = (arc_grad, final_grad)
+    else:
+        total, grads = _rule_gradients(semiring, schedule, weight, final_weight)
+    return total, derivatives.undefined_to_nan(total, grads, inf_undefined=_inf_undefined(semiring))
+
+
+@functools.cache
+def _op(semiring: Semiring) -> derivatives.ScoreOp:
+    """tot_score's value and gradient for one semiring: the kernels where
+    they serve (decided at trace time), else the scans."""
+    reference = functools.partial(_scan_value_and_grads, semiring)
+
+    def value(diff: tuple[ArrayLeaf, ArrayLeaf], aux: tuple[Schedule, ArrayLeaf]) -> jax.Array:
+        if score_ops.usable(semiring, diff[0]):
+            return score_ops.total(semiring, aux[0], *diff)
+        return _scan_total(semiring, aux[0], *diff)
+
+    def value_and_grad(
+        diff: tuple[ArrayLeaf, ArrayLeaf], aux: tuple[Schedule, ArrayLeaf]
+    ) -> tuple[jax.Array, Any]:
+        if score_ops.usable(semiring, diff[0]):
+            total, grads = score_ops.value_and_grads(semiring, reference, *aux, *diff)
+            return total, derivatives.undefined_to_nan(
+                total, grads, inf_undefined=_inf_undefined(semiring)
+            )
+        return reference(diff, aux)
+
+    return derivatives.ScoreOp(value, value_and_grad)
+
+
+def _diff(fsa: Fsa, semiring: Semiring) -> tuple[jax.Array, jax.Array]:
+    weight = jnp.asarray(fsa.weight)
+    return weight, final_weights(fsa, semiring).astype(weight.dtype)
+
+
+def _tot_score_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
+    diff = _diff(fsa, semiring)
+    if not _has_rules(semiring):  # plain autodiff through the recursion
+        return _scan_total(semiring, fsa.schedule, *diff)
+    return derivatives.score(_op(semiring), diff, (fsa.schedule, fsa.src))
+
+
+def tot_score(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
+    """⊕ over all successful paths of the path score (arcs ⊗ final weight).
+
+    Its gradient with respect to `weight` is `arc_posteriors` (times the
+    incoming cotangent), and with respect to `final_weight` the posterior
+    (LOG) or indicator (TROPICAL) of stopping in each state. Gradients are
+    finite everywhere: a -inf total, a padding arc or an unreachable state
+    gets gradient 0. Forward mode (`jax.jvp`, `jax.hessian`) works too. NaN
+    in a real arc's weight or a final weight gives a NaN total and NaN
+    gradients; a +inf weight that a path uses gives +inf (gradients: NaN in
+    LOG, the best path in TROPICAL). For `jax.grad` with respect to a whole
+    Fsa, pass `allow_int=True` (its index arrays get float0 gradients).
+
+    Args:
+      fsa: an acyclic Fsa, single or batched [B].
+      semiring: LOG (default), TROPICAL or any `Semiring`.
+    Returns:
+      float [] or [B]; the semiring's zero (-inf) where no path succeeds.
+    Raises:
+      ValueError: if `fsa` has a cycle; the message names a state on it.
+    Examples:
+      >>> import semiring_jax as sj
+      >>> fsa = sj.Fsa.from_arcs([(0, 1, 5, 0.5), (0, 1, 6, 1.0)], final=[1])
+      >>> print(round(float(sj.tot_score(fsa)), 4))
+      1.4741
+      >>> print(float(sj.tot_score(fsa, sj.TROPICAL)))
+      1.0
+    """
+    check_scorable(fsa, "tot_score")
+    return jit_over_batch(_tot_score_one)(fsa, semiring)
+
+
+def _forward_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
+    if _is_builtin(semiring):
+        tropical = semiring.arithmetic == "tropical"
+        pair, _ = level_pairs.forward(fsa.schedule, fsa.weight, tropical=tropical)
+        return (pair[0] + pair[1])[fsa.schedule.state_pos]
+    alpha, _ = level_scan.forward_positions(semiring, fsa.schedule, fsa.weight)
+    return alpha[fsa.schedule.state_pos]
+
+
+def forward_scores(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
+    """⊕ over paths from the start state to each state (no final weights).
+
+    Args:
+      fsa: an acyclic Fsa, single or batched [B].
+      semiring: LOG (default), TROPICAL or any `Semiring`.
+    Returns:
+      float [S] or [B, S]; `one` (0.0) at the start, `zero` (-inf) where a
+      state cannot be reached; +inf where a path from the start passes a
+      +inf weight, as in `tot_score`.
+    Raises:
+      ValueError: if `fsa` has a cycle; the message names a state on it.
+    Examples:
+      >>> import semiring_jax as sj
+      >>> fsa = sj.Fsa.from_arcs([(0, 1, 5, 0.5), (1, 2, 6, 1.0)], final=[2])
+      >>> print(sj.forward_scores(fsa))
+      [0.  0.5 1.5]
+    """
+    check_scorable(fsa, "forward_scores")
+    return jit_over_batch(_forward_one)(fsa, semiring)
+
+
+def _backward_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
+    schedule = fsa.schedule
+    final_weight = final_weights(fsa, semiring)
+    if _is_builtin(semiring):
+        pair = level_pairs.backward(
+            schedule, fsa.weight, final_weight, tropical=semiring.arithmetic == "tropical"
+        )
+        beta = pair[0] + pair[1]
+    else:
+        beta = level_scan.backward_positions(semiring, schedule, fsa.weight, final_weight)
+    # States without a position have no arcs: their β is their final weight.
+    unplaced = schedule.state_pos == beta.shape[0] - 1
+    return jnp.where(unplaced, final_weight, beta[schedule.state_pos])
+
+
+def backward_scores(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
+    """⊕ over paths from each state to the end, final weights included.
+
+    Args:
+      fsa: an acyclic Fsa, single or batched [B].
+      semiring: LOG (default), TROPICAL or any `Semiring`.
+    Returns:
+      float [S] or [B, S]; at the start state it equals `tot_score`.
+    Raises:
+      ValueError: if `fsa` has a cycle; the message names a state on it.
+    Examples:
+      >>> import semiring_jax as sj
+      >>> fsa = sj.Fsa.from_arcs([(0, 1, 5, 0.5), (1, 2, 6, 1.0)], final=[2])
+      >>> print(sj.backward_scores(fsa))
+      [1.5 1.  0. ]
+    """
+    check_scorable(fsa, "backward_scores")
+    return jit_over_batch(_backward_one)(fsa, semiring)
+
+
+def _posteriors_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
+    if not _has_rules(semiring):
+        return jax.grad(lambda w: _tot_score_one(fsa.replace(weight=w), semiring))(fsa.weight)
+    _, (arc_grad, _) = _op(semiring).value_and_grad(_diff(fsa, semiring), (fsa.schedule, fsa.src))
+    return arc_grad
+
+
+def arc_posteriors(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
+    """The gradient of `tot_score` with respect to each arc weight.
+
+    LOG: the probability that the arc lies on a path, under the distribution
+    p(path) ∝ exp(path score). TROPICAL: 1.0 on the arcs of the best path,
+    0.0 elsewhere. Tie rule (TROPICAL): the best path is traced back from
+    the lowest-numbered best final state; at each state, stopping at the
+    start state (the empty prefix) wins a tie, then the entering arc with
+    the lowest index. All zeros where no path succeeds. For other semirings,
+    the autodiff gradient of `tot_score`.
+
+    Args:
+      fsa: an acyclic Fsa, single or batched [B].
+      semiring: LOG (default), TROPICAL or any `Semiring`.
+    Returns:
+      float [A] or [B, A]; 0.0 on padding arcs.
+    Raises:
+      ValueError: if `fsa` has a cycle; the message names a state on it.
+    Examples:
+      >>> import semiring_jax as sj
+      >>> fsa = sj.Fsa.from_arcs([(0, 1, 5, 0.0), (0, 1, 6, 0.0)], final=[1])
+      >>> print(sj.arc_posteriors(fsa))
+      [0.5 0.5]
+      >>> print(sj.arc_posteriors(fsa, sj.TROPICAL))
+      [1. 0.]
+    """
+    check_scorable(fsa, "arc_posteriors")
+    return jit_over_batch(_posteriors_one)(fsa, semiring)

@@ -44,7 +44,7 @@ def test_tables_grow_with_the_arcs_not_with_states_times_degree():
             num_states, src, dst, np.ones(src.size, bool)
         )
         entries = src.size + num_states
-        for name in ("in_arc", "out_arc"):  # the bound of host/schedule_tables.py
+        for name in ("in_arc", "out_arc"):  # the bound of core/host/schedule_tables.py
             assert tables[name].size <= max(4 * entries, 2**22), name
         steps, width = tables["pos_state"].shape
         assert steps * width <= 2 * (num_states + tables["helper_grad_index"].size) + 64
@@ -91,7 +91,7 @@ def test_tables_list_incoming_arcs_in_index_order():
 
 def test_given_levels_are_used_as_they_are():
     # A 4-state diamond at levels the caller chose (state 2 one level late):
-    # the tables follow them, and scores match the usual schedule_tables.
+    # the tables follow them, and scores match the usual schedule.
     src, dst = np.array([0, 0, 1, 2]), np.array([1, 2, 3, 3])
     mask = np.ones(4, dtype=bool)
     tables = schedule_tables.build_schedule_arrays(4, src, dst, mask, levels=np.array([0, 1, 2, 3]))

@@ -155,7 +155,7 @@ def _label_path_score(graph, emissions, labels):
 def _in_subprocess(kind, size, length):
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); "
-        "from tests.test_dense_memory import run_case; "
+        "from tests.dense.test_dense_memory import run_case; "
         "run_case(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))"
     )
     done = subprocess.run(

@@ -30,11 +30,11 @@ file names that are not this version's fields, or that an entry does not
 fit in, are refused, naming the array). For a cyclic Fsa there are no level
 tables (F = 0).
 
-Versions 1 to 3 stored the tables themselves, as `schedule_tables.<field>` arrays
-of the schedule of their time (`schedule_tables.state_pos` [..., S],
-`schedule_tables.pos_state` [..., L, W], `schedule_tables.in_arc` [..., L, R, K], ...,
-`schedule_tables.real_sizes` [..., 2]; version 1 lacked `schedule_tables.pull_arc`,
-`schedule_tables.pull_src` and `schedule_tables.pull_end`, versions 1 and 2 lacked
+Versions 1 to 3 stored the tables themselves, as `schedule.<field>` arrays
+of the schedule of their time (`schedule.state_pos` [..., S],
+`schedule.pos_state` [..., L, W], `schedule.in_arc` [..., L, R, K], ...,
+`schedule.real_sizes` [..., 2]; version 1 lacked `schedule.pull_arc`,
+`schedule.pull_src` and `schedule.pull_end`, versions 1 and 2 lacked
 `final_mask`: their final states are those with `final_weight` > -inf, as
 they were then). `load` still reads them: their tables' headers are checked
 (presence, dtype, shapes that agree with each other) and their data is not
@@ -116,7 +116,7 @@ _OLD_TABLES = {
     "state_in_arcs": "SI",
     "state_out_arcs": "SJ",
 }
-_OLD_NAMES = frozenset(f"schedule_tables.{name}" for name in _OLD_TABLES)
+_OLD_NAMES = frozenset(f"schedule.{name}" for name in _OLD_TABLES)
 # The arrays of each version: version 1 lacked the pull tables, versions 1
 # and 2 `final_mask` (Fsa.final_mask did not exist yet).
 _LAYOUTS = {
@@ -125,9 +125,9 @@ _LAYOUTS = {
 }
 _LAYOUTS[2] = _LAYOUTS[3] - {"final_mask"}
 _LAYOUTS[1] = _LAYOUTS[2] - {
-    "schedule_tables.pull_arc",
-    "schedule_tables.pull_src",
-    "schedule_tables.pull_end",
+    "schedule.pull_arc",
+    "schedule.pull_src",
+    "schedule.pull_end",
 }
 _NAMES = frozenset().union(*_LAYOUTS.values())
 
@@ -198,7 +198,7 @@ def save(file: File, fsa: Fsa, *, compress: bool = False) -> None:
     for name in _FSA_FIELDS:
         arrays[name] = checks.concrete(getattr(fsa, name), name, "save")
     arrays["real_sizes"] = checks.concrete(
-        fsa.schedule.real_sizes, "schedule_tables.real_sizes", "save"
+        fsa.schedule.real_sizes, "schedule.real_sizes", "save"
     )
     for kind, shape in _saved_shapes(fsa).items():
         sizes, fields = _SIZES[kind]
@@ -300,7 +300,7 @@ def _load(stream: BinaryIO, where: str, max_bytes: int) -> Fsa:
         arrays = {
             name: shapes[name] if name in _SMALL else _read(archive, info, name, where)
             for name, info in members.items()
-            if name not in _OLD_NAMES or name == "schedule_tables.real_sizes"
+            if name not in _OLD_NAMES or name == "schedule.real_sizes"
         }
     return _fsa_from_arrays(arrays, where)
 
@@ -478,7 +478,7 @@ def _fsa_from_arrays(arrays: dict[str, Any], where: str, *, shapes_only: bool = 
     fields["weight"] = check.get("weight", dtype, arc_shape, "[..., A]")
     fields["final_weight"] = check.get("final_weight", dtype, state_shape, "[..., S]")
     fields["arc_mask"] = check.get("arc_mask", bool, arc_shape, "[..., A]")
-    sizes_name = "real_sizes" if version >= 4 else "schedule_tables.real_sizes"
+    sizes_name = "real_sizes" if version >= 4 else "schedule.real_sizes"
     real_sizes = check.get(sizes_name, np.int32, (*batch_shape, 2), "[..., 2]")
     if shapes_only:
         if "final_mask" in arrays:
@@ -542,7 +542,7 @@ def _old_tables(
     batch = len(batch_shape)
     sizes: dict[str, int] = {"S": num_states, "A": num_arcs, "2": 2}
     for field, axes in _OLD_TABLES.items():
-        name = f"schedule_tables.{field}"
+        name = f"schedule.{field}"
         if name not in check.arrays:
             continue  # a table the file's version lacks
         described = "[..., " + ", ".join(axes) + "]"

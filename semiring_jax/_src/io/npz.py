@@ -197,9 +197,7 @@ def save(file: File, fsa: Fsa, *, compress: bool = False) -> None:
     }
     for name in _FSA_FIELDS:
         arrays[name] = checks.concrete(getattr(fsa, name), name, "save")
-    arrays["real_sizes"] = checks.concrete(
-        fsa.schedule.real_sizes, "schedule.real_sizes", "save"
-    )
+    arrays["real_sizes"] = checks.concrete(fsa.schedule.real_sizes, "schedule.real_sizes", "save")
     for kind, shape in _saved_shapes(fsa).items():
         sizes, fields = _SIZES[kind]
         arrays[sizes] = np.array(tuple(shape), np.int64).reshape(-1)

@@ -159,6 +159,17 @@ class _Graph(NamedTuple):
     in_key: np.ndarray  # int [E], slot order into each node
     out_key: np.ndarray  # int [E], slot order out of each node
     helpers: int  # H, helper arcs (= helper nodes)
+    in_helpers: int  # the first of them belong to in-trees, the rest to out-trees
+
+
+def _by_pair(major: np.ndarray, minor: np.ndarray) -> np.ndarray:
+    """The order of (major, minor) pairs, each pair unique: one argsort of
+    a combined int64 key, several times faster than a lexsort."""
+    if major.size == 0:
+        return np.zeros(0, np.int64)
+    low = int(minor.min())
+    span = int(minor.max()) - low + 1
+    return np.argsort(major.astype(np.int64) * span + (minor - low))
 
 
 def _split(
@@ -179,7 +190,7 @@ def _split(
         if not heavy.any():
             return num_nodes, ends, others, key, active
         chosen = np.flatnonzero(active & heavy[np.where(active, ends, 0)])
-        order = chosen[np.lexsort((key[chosen], ends[chosen]))]
+        order = chosen[_by_pair(ends[chosen], key[chosen])]
         node = ends[order]
         group = _rank_in_run(node) // fan
         first = np.ones(order.size, bool)
@@ -202,6 +213,7 @@ def _graph(arcs: _Arcs, fan_in: int, fan_out: int) -> _Graph:
     key = np.append(np.arange(count), -1)  # the pseudo-arc comes first
     everything = np.ones(count + 1, bool)
     num_nodes, dst, src, in_key, _ = _split(arcs.num_states, dst, src, key, everything, fan_in)
+    in_helpers = num_nodes - arcs.num_states
     # The out-trees split the same entries on their source side; the in
     # helpers' own arcs are single out-arcs, and the pseudo-arc has none.
     out_key = np.concatenate([np.arange(count + 1), in_key[count + 1 :]])
@@ -210,7 +222,7 @@ def _graph(arcs: _Arcs, fan_in: int, fan_out: int) -> _Graph:
     # Out-helper arcs enter their helper first (key -1 keeps them apart
     # from the arcs in in-key order, which they never share a node with).
     in_key = np.concatenate([in_key, np.full(src.size - in_key.size, -1)])
-    return _Graph(num_nodes, src, dst, in_key, out_key, src.size - count - 1)
+    return _Graph(num_nodes, src, dst, in_key, out_key, src.size - count - 1, in_helpers)
 
 
 class _Plan(NamedTuple):
@@ -229,27 +241,63 @@ def _plan(
     known_levels: np.ndarray | None = None,
 ) -> _Plan | None:
     """The entry's graph at the given fan-ins and its levels (None if the
-    FSA is cyclic). `lengths` (of the real arcs) and `known_levels` are
-    used only when the graph has no helpers (then it is the FSA itself)."""
+    FSA is cyclic): the FSA's own levels (`known_levels`, or balanced from
+    `lengths`, its real arcs' longest paths, found if None), stretched to
+    make room for the fan trees (`_stretched`)."""
     graph = _graph(arcs, fan_in, fan_out)
-    placed = np.ones(graph.num_nodes, bool)
-    placed[: arcs.num_states] = _placed(arcs)
-    arc_src, arc_dst = np.delete(graph.src, arcs.real.size), np.delete(graph.dst, arcs.real.size)
-    if graph.helpers == 0 and known_levels is not None:
-        known = np.asarray(known_levels, np.int64)
-        if not (known[arc_dst] > known[arc_src]).all():
+    placed = _placed(arcs)
+    if known_levels is not None:
+        real_levels = np.asarray(known_levels, np.int64)
+        if not (real_levels[arcs.dst] > real_levels[arcs.src]).all():
             raise ValueError("build_schedule_arrays: an arc does not go up the given levels")
-        return _Plan(arcs, graph, np.where(placed, known, -1))
-    if graph.helpers or lengths is None:
-        lengths = levels_lib.path_lengths(graph.num_nodes, arc_src, arc_dst)
-    if lengths is None:
-        return None
-    if int(lengths.earliest.max(initial=0)) >= _BALANCED_LEVELS:
-        # Balancing costs a numpy pass per level; on a graph this deep the
-        # cut of wide levels into steps does nearly as well.
-        return _Plan(arcs, graph, np.where(placed, lengths.earliest, -1))
-    levels = levels_lib.balanced_levels(graph.num_nodes, arc_src, arc_dst, placed, lengths)
-    return _Plan(arcs, graph, levels)
+    else:
+        if lengths is None:
+            lengths = levels_lib.path_lengths(arcs.num_states, arcs.src, arcs.dst)
+        if lengths is None:
+            return None
+        if int(lengths.earliest.max(initial=0)) >= _BALANCED_LEVELS:
+            # Balancing costs a numpy pass per level; on a graph this deep
+            # the cut of wide levels into steps does nearly as well.
+            real_levels = lengths.earliest
+        else:
+            real_levels = levels_lib.balanced_levels(
+                arcs.num_states, arcs.src, arcs.dst, placed, lengths
+            )
+    real_levels = np.where(placed, real_levels, -1)
+    return _Plan(arcs, graph, _stretched(graph, real_levels, arcs))
+
+
+def _stretched(graph: _Graph, real_levels: np.ndarray, arcs: _Arcs) -> np.ndarray:
+    """Levels of every node: the states' levels spread m = 1 + T_in + T_out
+    apart (T: the deepest tree of each side), an in-tree's helper at depth
+    j sitting j levels below its state, an out-tree's j levels above.
+
+    An arc from t to s climbs at least m levels (s's level is above t's),
+    more than the T_out + T_in its trees take, so every arc of the graph
+    goes up. Levels no node takes cost no step. Found without a second
+    longest-path pass: each helper's depth and state come from its parent
+    in a few vectorised sweeps (one per tree level)."""
+    num_states, helpers = arcs.num_states, graph.helpers
+    if helpers == 0:
+        return real_levels
+    ids = num_states + np.arange(helpers)
+    entry = arcs.real.size + 1 + np.arange(helpers)  # each helper's own arc
+    is_in = np.arange(helpers) < graph.in_helpers
+    parent = np.where(is_in, graph.dst[entry], graph.src[entry])
+    depth = np.zeros(graph.num_nodes, np.int64)
+    root = np.arange(graph.num_nodes)
+    while True:
+        new_depth, new_root = depth[parent] + 1, root[parent]
+        if np.array_equal(new_depth, depth[ids]) and np.array_equal(new_root, root[ids]):
+            break
+        depth[ids], root[ids] = new_depth, new_root
+    deepest_in = int(depth[ids[is_in]].max(initial=0))
+    deepest_out = int(depth[ids[~is_in]].max(initial=0))
+    spread = 1 + deepest_in + deepest_out
+    levels = np.full(graph.num_nodes, -1, np.int64)
+    levels[:num_states] = np.where(real_levels >= 0, real_levels * spread + deepest_in, -1)
+    levels[ids] = levels[root[ids]] + np.where(is_in, -1, 1) * depth[ids]
+    return levels
 
 
 def _widths(plan: _Plan) -> np.ndarray:
@@ -448,7 +496,7 @@ def _slots(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each entry's flat slot `position * K + rank` (entries of one position
     in `key` order), and the entries in that order."""
-    order = np.lexsort((key, key_pos))
+    order = _by_pair(key_pos, key)
     rank = _rank_in_run(key_pos[order])
     if rank.size and int(rank.max()) >= slots:
         raise ValueError(f"build_schedule_arrays: a position needs more than {slots} slots")

@@ -29,12 +29,11 @@ Run:
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import jax
 import numpy as np
 import pynini
+from timing import median_seconds
 
 import semiring_jax as sj
 
@@ -125,16 +124,6 @@ def openfst_fst(data) -> pynini.Fst:
     for state, score in final.items():
         fst.set_final(state, pynini.Weight(weight_type, -score))
     return fst
-
-
-def median_seconds(fn, runs: int) -> float:
-    fn()
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
 
 
 def main() -> None:

@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
-import time
-from collections.abc import Callable
 
 import numpy as np
+from timing import median_seconds
 
 import semiring_jax as sj
 
@@ -47,16 +45,6 @@ def random_dag(rng: np.random.Generator) -> sj.Fsa:
     labels = rng.integers(1, 50, src.size)
     rows = np.stack([src, dst, labels, rng.normal(size=src.size)], axis=1)
     return sj.Fsa.from_arcs(rows, [num_states - 1], num_states=num_states)
-
-
-def median_seconds(fn: Callable[[], object], runs: int) -> float:
-    fn()
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
 
 
 def main() -> None:

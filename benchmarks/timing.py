@@ -78,3 +78,14 @@ def first_call_seconds(fn: Callable[[], Any]) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
+
+
+def median_seconds(fn: Callable[[], Any], runs: int) -> float:
+    """Median wall time of `runs` calls of `fn`, after one warm-up call."""
+    fn()
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)

@@ -60,7 +60,7 @@ def test_fan_trees_keep_arc_order_for_ties():
     # from state 1) still wins the TROPICAL tie.
     src = np.array([0, 0, 0, 0, 1, 2, 3, 4, 0, 1, 2])
     dst = np.array([1, 2, 3, 4, 5, 5, 5, 5, 5, 5, 5])
-    natural = schedule_tables.common_shape([(6, src, dst)])
+    natural, _ = schedule_tables.build_common([(6, src, dst, np.ones(src.size, bool))])
     shape = natural._replace(in_slots=2, out_slots=2, steps=natural.steps + 8, helpers=20)
     tables = schedule_tables.build_schedule_arrays(6, src, dst, np.ones(src.size, bool), shape)
     assert tables["helper_grad_index"].size == 20 and (tables["in_arc"] >= 13).any()

@@ -46,7 +46,6 @@ __all__ = [
     "ScheduleShape",
     "build_common",
     "build_schedule_arrays",
-    "common_shape",
     "empty_schedule_arrays",
 ]
 
@@ -350,12 +349,17 @@ def _plans(
     entries: Sequence[_Arcs],
     round_up: Callable[[int], int],
     lengths: Sequence[levels_lib.PathLengths | None] | None,
+    known_levels: np.ndarray | None = None,
 ) -> tuple[ScheduleShape, list[_Plan]] | None:
-    """One common shape for `entries`, and each entry's plan at it."""
+    """One common shape for `entries`, and each entry's plan at it;
+    `known_levels` (of a single entry) stand in for its longest paths."""
     found = []
     for i, arcs in enumerate(entries):
         known = lengths[i] if lengths is not None else None
-        if known is None:
+        if known_levels is not None:  # they choose K as the depths would
+            levels = np.asarray(known_levels, np.int64)
+            known = levels_lib.PathLengths(levels, np.zeros_like(levels))
+        elif known is None:
             known = levels_lib.path_lengths(arcs.num_states, arcs.src, arcs.dst)
         if known is None:  # a cycle
             return None
@@ -365,26 +369,12 @@ def _plans(
     fan_out = round_up(max(fan for _, fan in fans))
     plans = []
     for arcs, entry_lengths in zip(entries, found):
-        plan = _plan(arcs, fan_in, fan_out, entry_lengths)
+        plan = _plan(arcs, fan_in, fan_out, entry_lengths, known_levels)
         assert plan is not None  # acyclic, as its lengths show
         plans.append(plan)
     width, steps = _best_width([_widths(plan) for plan in plans], fan_in + fan_out, round_up)
     helpers = round_up(max(plan.graph.helpers for plan in plans))
     return ScheduleShape(steps, width, fan_in, fan_out, helpers), plans
-
-
-def common_shape(
-    fsas: Sequence[tuple[int, np.ndarray, np.ndarray]], round_up: Callable[[int], int] = _identity
-) -> ScheduleShape | None:
-    """One schedule shape for several FSAs (a batch); None if one is cyclic.
-
-    Args:
-      fsas: `(num_states, src, dst)` of each FSA's real arcs.
-      round_up: applied to every size (e.g. a bucketing ladder).
-    """
-    entries = [_arcs(n, src, dst, np.ones(src.shape[0], bool)) for n, src, dst in fsas]
-    found = _plans(entries, round_up, None)
-    return None if found is None else found[0]
 
 
 def build_common(
@@ -425,7 +415,7 @@ def build_schedule_arrays(
       num_states: S (padded).
       src, dst: int [A] (padded); only arcs with `arc_mask` count.
       arc_mask: bool [A].
-      shape: padded sizes (from `common_shape`); natural if None.
+      shape: padded sizes (from `build_common`); natural if None.
       lengths: `levels.path_lengths` of the real arcs, if already known.
       levels: int [S], levels to use as they are (with `shape` None), for
         a graph whose builder knows them: no longest paths, no balancing
@@ -437,27 +427,13 @@ def build_schedule_arrays(
     """
     arcs = _arcs(num_states, src, dst, arc_mask)
     if shape is None:
-        found: tuple[ScheduleShape, list[_Plan]] | None
-        if levels is not None:
-            found = _plans_at_levels(arcs, levels)
-        else:
-            found = _plans([arcs], _identity, None if lengths is None else [lengths])
+        found = _plans([arcs], _identity, None if lengths is None else [lengths], levels)
         assert found is not None  # the FSA is acyclic (see Args)
         natural, (natural_plan,) = found
         return _tables(natural_plan, natural)
     plan = _plan(arcs, shape.in_slots, shape.out_slots, lengths)
     assert plan is not None  # the FSA is acyclic (see Args)
     return _tables(plan, shape)
-
-
-def _plans_at_levels(arcs: _Arcs, levels: np.ndarray) -> tuple[ScheduleShape, list[_Plan]]:
-    # The given levels stand in for the longest paths in choosing K.
-    levels = np.asarray(levels, np.int64)
-    fan_in, fan_out = _fans(arcs, levels_lib.PathLengths(levels, np.zeros_like(levels)))
-    plan = _plan(arcs, fan_in, fan_out, None, levels)
-    assert plan is not None  # levels that go up every arc: acyclic
-    width, steps = _best_width([_widths(plan)], fan_in + fan_out, _identity)
-    return ScheduleShape(steps, width, fan_in, fan_out, plan.graph.helpers), [plan]
 
 
 def _rank_in_run(sorted_keys: np.ndarray) -> np.ndarray:
@@ -491,19 +467,16 @@ def _positions(plan: _Plan, shape: ScheduleShape) -> np.ndarray:
     return positions
 
 
-def _slots(
-    key_pos: np.ndarray, key: np.ndarray, slots: int, fill_size: int
-) -> tuple[np.ndarray, np.ndarray]:
+def _slots(key_pos: np.ndarray, key: np.ndarray, slots: int) -> np.ndarray:
     """Each entry's flat slot `position * K + rank` (entries of one position
-    in `key` order), and the entries in that order."""
+    in `key` order)."""
     order = _by_pair(key_pos, key)
     rank = _rank_in_run(key_pos[order])
     if rank.size and int(rank.max()) >= slots:
         raise ValueError(f"build_schedule_arrays: a position needs more than {slots} slots")
     entry_slot = np.empty(order.size, dtype=np.int64)
     entry_slot[order] = key_pos[order] * slots + rank
-    assert entry_slot.size == 0 or entry_slot.max() < fill_size
-    return entry_slot, order
+    return entry_slot
 
 
 def _scatter(size: int, entry_slot: np.ndarray, values: np.ndarray, fill: int) -> np.ndarray:
@@ -527,12 +500,12 @@ def _tables(plan: _Plan, shape: ScheduleShape) -> dict[str, np.ndarray]:
     src_pos = np.where(graph.src >= 0, node_pos[np.maximum(graph.src, 0)], num_positions + 1)
     dst_pos = node_pos[graph.dst]
     in_size = num_positions * shape.in_slots
-    in_slot, _ = _slots(dst_pos, graph.in_key, shape.in_slots, in_size)
+    in_slot = _slots(dst_pos, graph.in_key, shape.in_slots)
     in_arc = _scatter(in_size, in_slot, entry_arc, num_arcs)
     in_src_pos = _scatter(in_size, in_slot, src_pos, num_positions)
     outgoing = np.arange(entry_arc.size) != count  # the pseudo-arc leaves nothing
     out_size = num_positions * shape.out_slots
-    out_slot, _ = _slots(src_pos[outgoing], graph.out_key[outgoing], shape.out_slots, out_size)
+    out_slot = _slots(src_pos[outgoing], graph.out_key[outgoing], shape.out_slots)
     out_arc = _scatter(out_size, out_slot, entry_arc[outgoing], num_arcs)
     out_dst_pos = _scatter(out_size, out_slot, dst_pos[outgoing], num_positions)
     arc_src_pos = np.full(num_arcs, num_positions, dtype=np.int64)

@@ -38,7 +38,7 @@ def _chain(num_states: int, is_acceptor: bool) -> Fsa:
 
 
 def _best_path_one(fsa: Fsa) -> Fsa:
-    levels, _ = fsa.schedule.pos_state.shape  # steps: a bound on the path
+    steps, _ = fsa.schedule.pos_state.shape  # N: a path has at most N - 1 arcs
     alpha, choices = level_scan.forward_positions(
         TROPICAL, fsa.schedule, fsa.weight, with_choice=True
     )
@@ -49,17 +49,17 @@ def _best_path_one(fsa: Fsa) -> Fsa:
     # The trace-back lists the last arc first, then A (none): reverse the
     # real arcs into the first slots.
     length = jnp.sum(arcs < fsa.num_arcs)
-    order = (length - 1 - jnp.arange(levels - 1)) % max(levels, 1)
+    order = (length - 1 - jnp.arange(steps - 1)) % max(steps, 1)
     arcs = arcs[order]
-    arc_mask = jnp.arange(levels - 1) < length
+    arc_mask = jnp.arange(steps - 1) < length
     arcs = jnp.where(arc_mask, arcs, 0)
-    chain = _chain(levels, fsa.is_acceptor)
+    chain = _chain(steps, fsa.is_acceptor)
     neg_inf = jnp.asarray(-jnp.inf, fsa.weight.dtype)
     # The chain's schedule lists every slot; off-path slots have weight -inf,
     # so masking them needs no new schedule (and `arc_mask` may be traced).
     # Only the path's last state is final (none when no path succeeds), so
     # structural ops on the result see the path's one final state.
-    final_mask = (jnp.arange(levels) == length) & found
+    final_mask = (jnp.arange(steps) == length) & found
     chain = dataclasses.replace(chain, arc_mask=arc_mask, final_mask=final_mask)
     return chain.replace(
         ilabel=jnp.where(arc_mask, fsa.ilabel[arcs], 0),

@@ -213,7 +213,8 @@ def _padded(fsa: Fsa, num_states: int, num_arcs: int, is_acceptor: bool) -> _Pad
 
 def _pad_lengths(lengths: levels.PathLengths, num_states: int) -> levels.PathLengths:
     """Path lengths of an entry padded with states of no arc (lengths 0)."""
-    return levels.PathLengths(*(_pad(np.asarray(v), num_states, 0) for v in lengths))
+    height = None if lengths.height is None else _pad(lengths.height, num_states, 0)
+    return levels.PathLengths(_pad(lengths.earliest, num_states, 0), height)
 
 
 def pad_entry(

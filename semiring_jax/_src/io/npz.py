@@ -620,7 +620,7 @@ def _build(
         lengths = []
         for i, entry in enumerate(entries):
             real_src, real_dst = entry.src[entry.arc_mask], entry.dst[entry.arc_mask]
-            lengths.append(levels.path_lengths(num_states, real_src, real_dst))
+            lengths.append(levels.path_lengths(num_states, real_src, real_dst, height=False))
             if lengths[-1] is None:
                 found = levels.find_cycle(num_states, real_src, real_dst)
                 raise check.fail("cycle", f"is empty, but entry {i} has the cycle {list(found)}")

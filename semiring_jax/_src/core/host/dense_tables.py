@@ -206,7 +206,7 @@ _FANS = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 def _best_at(found: _Degrees, slots: int, num_states: int, fan: int | None) -> _Side:
     """The sizes at `slots` K and the F (or `fan`) that minimises `_cost`:
     a few round fan-ins and those that fit the largest hub's rows in 1 to
-    6 levels exactly."""
+    6 levels exactly (the least F on ties)."""
     if fan is not None:
         return _sizes(found, slots, fan)
     most = int(found.rows.max(initial=1))
@@ -214,7 +214,35 @@ def _best_at(found: _Degrees, slots: int, num_states: int, fan: int | None) -> _
         return _sizes(found, slots, 1)
     exact = {math.ceil(most ** (1 / levels) - 1e-9) for levels in range(1, 7)}
     fans = sorted({f for f in (*_FANS, *exact) if 2 <= f <= most} | {2})
-    return min((_sizes(found, slots, f) for f in fans), key=lambda side: _cost(side, num_states))
+    return min(_sizes_at_fans(found, slots, fans), key=lambda side: _cost(side, num_states))
+
+
+def _sizes_at_fans(found: _Degrees, slots: int, fans: Sequence[int]) -> list[_Side]:
+    """`_sizes` at each of `fans` (some state has more than K arcs), the
+    trees' depths found for all of them at once: the search tries dozens
+    of (K, F) pairs, and one numpy pass per pair cost more than the tables."""
+    hub = found.rows > 1
+    rows, states = found.rows[hub], found.states[hub]
+    extra = int(((found.rows - 1) * found.states).sum())
+    hub_arcs = int((found.degree[hub] * states).sum())
+    fan = np.array(fans, np.int64)[:, None]
+    # The least d with F^d >= rows, from logarithms, then made exact.
+    depth = np.ceil(np.log(rows) / np.log(fan)).astype(np.int64)
+    depth += fan**depth < rows
+    depth -= (depth > 0) & (fan ** np.maximum(depth - 1, 0) >= rows)
+    reach = fan**depth
+    leaves, levels = (reach * states).sum(axis=1), depth.max(axis=1)
+    return [
+        _Side(slots, f, extra, int(leaf), int(level), hub_arcs)
+        for f, leaf, level in zip(fans, leaves, levels)
+    ]
+
+
+def _lower_bound(found: _Degrees, slots: int, num_states: int) -> int:
+    """A bound from below on `_cost` at `slots` K, whatever the F."""
+    extra = int(((found.rows - 1) * found.states).sum())
+    hubs = int(found.states[found.rows > 1].sum())
+    return (num_states + extra) * slots + 2 * (extra + hubs)
 
 
 def _best_side(
@@ -235,8 +263,23 @@ def _best_side(
         candidates = sorted(
             set(range(1, min(most, 32) + 1)) | {most} | {2**k for k in range(5, most.bit_length())}
         )
-    sides = [_best_at(_at_slots(degrees, states, k), k, num_states, fan) for k in candidates]
-    return min(sides, key=lambda side: _cost(side, num_states))
+    # A K's rows, (S + E) K for E extra rows, and its leaves, at least one
+    # per hub row (E + H for H hubs) and read twice, bound its cost from
+    # below: try the K of the cheapest bound first, and stop at a bound
+    # above the best cost (most K then need no fan search at all).
+    found = [_at_slots(degrees, states, k) for k in candidates]
+    bounds = [_lower_bound(f, k, num_states) for f, k in zip(found, candidates)]
+    best: tuple[int, int, _Side] | None = None
+    for i in sorted(range(len(candidates)), key=lambda i: (bounds[i], candidates[i])):
+        if best is not None and bounds[i] > best[0]:
+            break
+        side = _best_at(found[i], candidates[i], num_states, fan)
+        best = min(
+            best or (_cost(side, num_states), side.slots, side),
+            (_cost(side, num_states), side.slots, side),
+        )
+    assert best is not None  # there is at least one candidate
+    return best[2]
 
 
 def dense_shape(
@@ -372,8 +415,9 @@ def _side_tables(
     num_rows = num_states + side.extra_rows
     row_in_state = rank // slots
     row = np.where(row_in_state == 0, keys, extra_start[keys] + row_in_state - 1)
-    table = np.full((num_rows, slots), num_arcs, dtype=np.int32)
-    table[row, rank % slots] = order
+    flat = np.full(num_rows * slots, num_arcs, dtype=np.int32)
+    flat[row * slots + rank % slots] = order  # a flat scatter: twice as fast
+    table = flat.reshape(num_rows, slots)
     # Hubs largest block first (then by state), so that blocks stay aligned.
     by_block = np.argsort(-depth, kind="stable")
     hubs, depth = hubs[by_block], depth[by_block]

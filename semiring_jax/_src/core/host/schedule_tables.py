@@ -41,6 +41,7 @@ from typing import NamedTuple
 import numpy as np
 
 from semiring_jax._src.core.host import levels as levels_lib
+from semiring_jax._src.core.host.sorting import stable_argsort
 
 __all__ = [
     "ScheduleShape",
@@ -148,48 +149,45 @@ def _best_fan(degree: np.ndarray, placed: int, num_arcs: int, depth: int) -> int
 
 
 class _Graph(NamedTuple):
-    """An entry's schedule graph: real arcs, the start's pseudo-arc and the
-    helper arcs of its fan trees, as *entries* e = 0 .. R + H (real arcs
-    first, in order, then the pseudo-arc, then the helpers)."""
+    """An entry's schedule graph: the start's pseudo-arc, real arcs and the
+    helper arcs of its fan trees, as *entries* e = 0 .. R + H (the
+    pseudo-arc first, then the real arcs in order, then the helpers).
+
+    The entries that end at one node, and those that leave one, are in
+    slot order by entry index: a node's real arcs in arc order (the
+    pseudo-arc first, so that starting fresh wins a TROPICAL tie), a fan
+    tree's helper arcs in the order of the groups they gather (`_split`
+    appends them so), and no node mixes the two (a split moves all of a
+    node's entries to its helpers). So every slot table is one stable sort
+    by node, or by position, away.
+    """
 
     num_nodes: int  # states, then helpers
     src: np.ndarray  # int [E], -1 for the pseudo-arc
     dst: np.ndarray  # int [E]
-    in_key: np.ndarray  # int [E], slot order into each node
-    out_key: np.ndarray  # int [E], slot order out of each node
     helpers: int  # H, helper arcs (= helper nodes)
     in_helpers: int  # the first of them belong to in-trees, the rest to out-trees
-
-
-def _by_pair(major: np.ndarray, minor: np.ndarray) -> np.ndarray:
-    """The order of (major, minor) pairs, each pair unique: one argsort of
-    a combined int64 key, several times faster than a lexsort."""
-    if major.size == 0:
-        return np.zeros(0, np.int64)
-    low = int(minor.min())
-    span = int(minor.max()) - low + 1
-    return np.argsort(major.astype(np.int64) * span + (minor - low))
 
 
 def _split(
     num_nodes: int,
     ends: np.ndarray,
     others: np.ndarray,
-    key: np.ndarray,
     active: np.ndarray,
     fan: int,
-) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[int, np.ndarray, np.ndarray]:
     """Fan trees on one side: every node with more than `fan` active
-    entries ending at it has them regrouped, in key order, under helper
-    nodes of `fan` entries each; new entries (helper arcs) join each helper
-    to the node, keyed by their group, until no node has more than `fan`."""
+    entries ending at it has them regrouped, in entry order, under helper
+    nodes of `fan` entries each; new entries (helper arcs, appended in
+    group order) join each helper to the node, until no node has more
+    than `fan`."""
     while True:
         counts = np.bincount(ends[active], minlength=num_nodes)
         heavy = counts > fan
         if not heavy.any():
-            return num_nodes, ends, others, key, active
+            return num_nodes, ends, others
         chosen = np.flatnonzero(active & heavy[np.where(active, ends, 0)])
-        order = chosen[_by_pair(ends[chosen], key[chosen])]
+        order = chosen[stable_argsort(ends[chosen])]
         node = ends[order]
         group = _rank_in_run(node) // fan
         first = np.ones(order.size, bool)
@@ -197,31 +195,25 @@ def _split(
         helper = num_nodes + np.cumsum(first) - 1
         ends = ends.copy()
         ends[order] = helper
-        parents, groups, helpers = node[first], group[first], helper[first]
+        parents, helpers = node[first], helper[first]
         num_nodes += helpers.size
         ends = np.concatenate([ends, parents])
         others = np.concatenate([others, helpers])
-        key = np.concatenate([key, groups])
         active = np.concatenate([active, np.ones(helpers.size, bool)])
 
 
 def _graph(arcs: _Arcs, fan_in: int, fan_out: int) -> _Graph:
     count = arcs.real.size
-    src = np.append(arcs.src, -1)
-    dst = np.append(arcs.dst, 0)
-    key = np.append(np.arange(count), -1)  # the pseudo-arc comes first
+    src = np.concatenate([[-1], arcs.src])
+    dst = np.concatenate([[0], arcs.dst])
     everything = np.ones(count + 1, bool)
-    num_nodes, dst, src, in_key, _ = _split(arcs.num_states, dst, src, key, everything, fan_in)
+    num_nodes, dst, src = _split(arcs.num_states, dst, src, everything, fan_in)
     in_helpers = num_nodes - arcs.num_states
     # The out-trees split the same entries on their source side; the in
     # helpers' own arcs are single out-arcs, and the pseudo-arc has none.
-    out_key = np.concatenate([np.arange(count + 1), in_key[count + 1 :]])
-    not_pseudo = np.arange(src.size) != count
-    num_nodes, src, dst, out_key, _ = _split(num_nodes, src, dst, out_key, not_pseudo, fan_out)
-    # Out-helper arcs enter their helper first (key -1 keeps them apart
-    # from the arcs in in-key order, which they never share a node with).
-    in_key = np.concatenate([in_key, np.full(src.size - in_key.size, -1)])
-    return _Graph(num_nodes, src, dst, in_key, out_key, src.size - count - 1, in_helpers)
+    not_pseudo = np.arange(src.size) != 0
+    num_nodes, src, dst = _split(num_nodes, src, dst, not_pseudo, fan_out)
+    return _Graph(num_nodes, src, dst, src.size - count - 1, in_helpers)
 
 
 class _Plan(NamedTuple):
@@ -251,7 +243,7 @@ def _plan(
             raise ValueError("build_schedule_arrays: an arc does not go up the given levels")
     else:
         if lengths is None:
-            lengths = levels_lib.path_lengths(arcs.num_states, arcs.src, arcs.dst)
+            lengths = levels_lib.path_lengths(arcs.num_states, arcs.src, arcs.dst, height=False)
         if lengths is None:
             return None
         if int(lengths.earliest.max(initial=0)) >= _BALANCED_LEVELS:
@@ -259,6 +251,7 @@ def _plan(
             # the cut of wide levels into steps does nearly as well.
             real_levels = lengths.earliest
         else:
+            lengths = levels_lib.with_height(lengths, arcs.src, arcs.dst)
             real_levels = levels_lib.balanced_levels(
                 arcs.num_states, arcs.src, arcs.dst, placed, lengths
             )
@@ -358,9 +351,9 @@ def _plans(
         known = lengths[i] if lengths is not None else None
         if known_levels is not None:  # they choose K as the depths would
             levels = np.asarray(known_levels, np.int64)
-            known = levels_lib.PathLengths(levels, np.zeros_like(levels))
+            known = levels_lib.PathLengths(levels)
         elif known is None:
-            known = levels_lib.path_lengths(arcs.num_states, arcs.src, arcs.dst)
+            known = levels_lib.path_lengths(arcs.num_states, arcs.src, arcs.dst, height=False)
         if known is None:  # a cycle
             return None
         found.append(known)
@@ -467,10 +460,10 @@ def _positions(plan: _Plan, shape: ScheduleShape) -> np.ndarray:
     return positions
 
 
-def _slots(key_pos: np.ndarray, key: np.ndarray, slots: int) -> np.ndarray:
+def _slots(key_pos: np.ndarray, slots: int) -> np.ndarray:
     """Each entry's flat slot `position * K + rank` (entries of one position
-    in `key` order)."""
-    order = _by_pair(key_pos, key)
+    in index order, which is their slot order: see `_Graph`)."""
+    order = stable_argsort(key_pos)
     rank = _rank_in_run(key_pos[order])
     if rank.size and int(rank.max()) >= slots:
         raise ValueError(f"build_schedule_arrays: a position needs more than {slots} slots")
@@ -495,27 +488,27 @@ def _tables(plan: _Plan, shape: ScheduleShape) -> dict[str, np.ndarray]:
     node_pos = _positions(plan, shape)
     # Augmented arc ids of the entries: real arcs, the pseudo-arc, helpers.
     entry_arc = np.concatenate(
-        [arcs.real, [num_arcs + 1], num_arcs + 2 + np.arange(graph.helpers)]
+        [[num_arcs + 1], arcs.real, num_arcs + 2 + np.arange(graph.helpers)]
     ).astype(np.int64)
     src_pos = np.where(graph.src >= 0, node_pos[np.maximum(graph.src, 0)], num_positions + 1)
     dst_pos = node_pos[graph.dst]
     in_size = num_positions * shape.in_slots
-    in_slot = _slots(dst_pos, graph.in_key, shape.in_slots)
+    in_slot = _slots(dst_pos, shape.in_slots)
     in_arc = _scatter(in_size, in_slot, entry_arc, num_arcs)
     in_src_pos = _scatter(in_size, in_slot, src_pos, num_positions)
-    outgoing = np.arange(entry_arc.size) != count  # the pseudo-arc leaves nothing
+    outgoing = np.arange(entry_arc.size) != 0  # the pseudo-arc leaves nothing
     out_size = num_positions * shape.out_slots
-    out_slot = _slots(src_pos[outgoing], graph.out_key[outgoing], shape.out_slots)
+    out_slot = _slots(src_pos[outgoing], shape.out_slots)
     out_arc = _scatter(out_size, out_slot, entry_arc[outgoing], num_arcs)
     out_dst_pos = _scatter(out_size, out_slot, dst_pos[outgoing], num_positions)
     arc_src_pos = np.full(num_arcs, num_positions, dtype=np.int64)
     arc_dst_pos = np.full(num_arcs, num_positions, dtype=np.int64)
-    arc_src_pos[arcs.real] = src_pos[:count]
-    arc_dst_pos[arcs.real] = dst_pos[:count]
+    arc_src_pos[arcs.real] = src_pos[1 : count + 1]
+    arc_dst_pos[arcs.real] = dst_pos[1 : count + 1]
     # Where each arc's local derivative sits in the flattened [N, C, K]
     # in-table; the dummy index just past it holds a zero.
     arc_grad_index = np.full(num_arcs, in_size, dtype=np.int64)
-    arc_grad_index[arcs.real] = in_slot[:count]
+    arc_grad_index[arcs.real] = in_slot[1 : count + 1]
     helper_grad_index = np.full(shape.helpers, in_size, dtype=np.int64)
     helper_grad_index[: graph.helpers] = in_slot[count + 1 :]
     state_pos = node_pos[:num_states]
@@ -555,7 +548,7 @@ def _pull_order(
         `pull_arc` (exclusive; a position's arcs start at the previous end).
     """
     dst_pos = state_pos[arcs.dst]
-    order = np.argsort(dst_pos, kind="stable")
+    order = stable_argsort(dst_pos)
     is_padding = np.ones(arcs.num_arcs, bool)
     is_padding[arcs.real] = False
     padding = np.flatnonzero(is_padding)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import semiring_jax as sj
 from tests import oracles
+from tests.builds import count_builds
 from tests.strategies import acyclic_fsas, as_rows, dense_graphs
 
 SEMIRINGS = [sj.LOG, sj.TROPICAL]
@@ -190,29 +191,6 @@ def test_stack_promotes_an_acceptor_among_transducers():
     assert sj.stack([acceptor, sj.linear_fsa([3])]).is_acceptor
 
 
-def _count_builds(monkeypatch):
-    """Counting wrappers on the table builders and the longest-path finder:
-    entries whose level tables, dense tables and longest paths were made."""
-    from semiring_jax._src.core.host import dense_tables, levels, schedule_tables
-
-    counts = {"levels": 0, "dense": 0, "paths": 0}
-
-    def counting(module, name, key, entries=lambda *args, **kwargs: 1):
-        real = getattr(module, name)
-
-        def wrapper(*args, **kwargs):
-            counts[key] += entries(*args, **kwargs)
-            return real(*args, **kwargs)
-
-        monkeypatch.setattr(module, name, wrapper)
-
-    counting(schedule_tables, "build_schedule_arrays", "levels")
-    counting(schedule_tables, "build_common", "levels", lambda fsas, *args, **kwargs: len(fsas))
-    counting(dense_tables, "build_dense_tables", "dense")
-    counting(levels, "path_lengths", "paths")
-    return counts
-
-
 def test_each_entry_is_built_once(monkeypatch, tmp_path):
     # 32 entries of low degree (no fan trees: their tables are all ours).
     fsas = [
@@ -227,7 +205,7 @@ def test_each_entry_is_built_once(monkeypatch, tmp_path):
     sj.save(path, sj.stack(fsas))
     graph = sj.Fsa.from_arcs([(0, 0, 0, 0.0), (0, 1, 1, 0.0), (1, 1, 1, 0.0)], final=[1])
     emissions = np.log(np.full((32, 5, 2), 0.5, np.float32))
-    counts = _count_builds(monkeypatch)
+    counts = count_builds(monkeypatch)
 
     def built(op):
         counts.update(dict.fromkeys(counts, 0))

@@ -9,10 +9,11 @@ are read from array shapes.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import numpy as np
@@ -78,6 +79,10 @@ class Fsa:
       arc_mask: bool [A], False on padding arcs.
       final_mask: bool [S], True on final states (False on padding states).
       schedule: the index tables the score recursions gather through.
+        A structural op's result builds them (and finds `cycle` and
+        `shapes`) when first needed, once: by a score op, `jax.jit` or any
+        other flattening, `sj.stack` or `sj.save`; so the intermediate
+        results of a chain of structural ops never build any.
       cycle: static; () if acyclic, else the states of one cycle.
       is_acceptor: static; True for an acceptor (olabel == ilabel).
       shapes: static; the padded sizes the tables were built at (`Shapes`),
@@ -104,6 +109,17 @@ class Fsa:
     cycle: tuple[int, ...] = ()
     is_acceptor: bool = True
     shapes: Shapes = UNKNOWN_SHAPES
+
+    if not TYPE_CHECKING:  # (mypy would take every attribute name for one of these)
+
+        def __getattr__(self, name: str) -> Any:
+            # Reached only for an attribute the instance lacks: the tables of
+            # an Fsa made with `assemble(..., defer=True)`, built here, once.
+            pending = self.__dict__.get("_pending")
+            if pending is None or name not in _BUILT_FIELDS:
+                raise AttributeError(f"'Fsa' object has no attribute {name!r}")
+            _build_pending(self, pending)
+            return self.__dict__[name]
 
     # -- shape information, read from the arrays -------------------------------
 
@@ -638,7 +654,7 @@ class Fsa:
                 raise ValueError(
                     f"replace: {name} must hold integers, got {np.result_type(fields[name])}"
                 )
-        new = dataclasses.replace(self, **{name: _as_array(v) for name, v in fields.items()})
+        new = _with_fields(self, {name: _as_array(v) for name, v in fields.items()})
         _check_weight_dtypes(new)
         for name in ("weight", "final_weight"):
             value = getattr(new, name)
@@ -668,6 +684,43 @@ jax.tree_util.register_dataclass(
     ],
     meta_fields=["cycle", "is_acceptor", "shapes"],
 )
+
+
+# A dataclass default is a class attribute, which would answer for an
+# unbuilt Fsa's `cycle` and `shapes` before `__getattr__` could build them;
+# `__init__` keeps the defaults.
+del Fsa.cycle, Fsa.shapes
+
+# What `_build_pending` sets on an Fsa made unbuilt.
+_BUILT_FIELDS = ("schedule", "cycle", "shapes")
+
+
+class _Pending(NamedTuple):
+    """What an unbuilt Fsa builds its tables from."""
+
+    entry: Entry
+    real_sizes: np.ndarray  # int32 [2]
+
+
+def _build_pending(fsa: Fsa, pending: _Pending) -> None:
+    """Builds an unbuilt Fsa's tables and sets them on it (memoised derived
+    data: the Fsa's value does not change)."""
+    built = build_tables([pending.entry])
+    schedule = Schedule(**built.tables[0], real_sizes=pending.real_sizes)
+    for name, value in zip(_BUILT_FIELDS, (schedule, built.cycle, built.shapes)):
+        object.__setattr__(fsa, name, value)
+    fsa.__dict__.pop("_pending", None)
+
+
+def _with_fields(fsa: Fsa, fields: dict[str, Any]) -> Fsa:
+    """`dataclasses.replace`, but an unbuilt Fsa whose structure stays
+    stays unbuilt (replace reads every field, which would build it)."""
+    if "_pending" not in fsa.__dict__ or set(fields) & set(_STRUCTURE_FIELDS):
+        return dataclasses.replace(fsa, **fields)
+    new = copy.copy(fsa)
+    for name, value in fields.items():
+        object.__setattr__(new, name, value)
+    return new
 
 
 def _as_array(value: Any) -> Any:
@@ -737,7 +790,7 @@ def _identity(size: int) -> int:
 
 def _path_lengths(entry: Entry) -> levels.PathLengths | None:
     return levels.path_lengths(
-        entry.num_states, entry.src[entry.arc_mask], entry.dst[entry.arc_mask]
+        entry.num_states, entry.src[entry.arc_mask], entry.dst[entry.arc_mask], height=False
     )
 
 
@@ -825,17 +878,13 @@ def from_tables(
     arrays: build.ArcArrays,
     arc_mask: np.ndarray,
     final_mask: np.ndarray,
-    real_sizes: np.ndarray | None,
+    real_sizes: np.ndarray,
     built: Built | None,
 ) -> Fsa:
     """The Fsa of validated arrays and their prebuilt tables (entry 0 of
-    `built`); with `built` None, one whose tables are still to be built
-    (`schedule` None), which only `sj.stack` takes."""
-    tables: Any = None  # built by sj.stack
-    if built is not None:
-        assert real_sizes is not None  # given with the tables
-        tables = Schedule(**built.tables[0], real_sizes=real_sizes)
-    return Fsa(
+    `built`); with `built` None, an unbuilt one, which builds its tables
+    when first needed (`Fsa.schedule`) or has `sj.stack` build them."""
+    fsa = Fsa(
         src=arrays.src,
         dst=arrays.dst,
         ilabel=arrays.ilabel,
@@ -844,16 +893,24 @@ def from_tables(
         final_weight=arrays.final_weight,
         arc_mask=arc_mask,
         final_mask=np.asarray(final_mask, bool),
-        schedule=tables,
+        # An unbuilt Fsa's `schedule` is removed below, for `__getattr__` to build.
+        schedule=None if built is None else Schedule(**built.tables[0], real_sizes=real_sizes),  # type: ignore[arg-type]
         cycle=() if built is None else built.cycle,
         is_acceptor=arrays.is_acceptor,
         shapes=UNKNOWN_SHAPES if built is None else built.shapes,
     )
+    if built is None:
+        for name in _BUILT_FIELDS:
+            object.__delattr__(fsa, name)
+        entry = Entry(arrays.num_states, arrays.src, arrays.dst, arc_mask)
+        object.__setattr__(fsa, "_pending", _Pending(entry, real_sizes))
+    return fsa
 
 
 def is_built(fsa: Fsa) -> bool:
-    """False for an Fsa made with `assemble(..., defer=True)`."""
-    return fsa.schedule is not None
+    """False for an Fsa made with `assemble(..., defer=True)` whose tables
+    nothing has needed yet."""
+    return "_pending" not in fsa.__dict__
 
 
 def assemble(
@@ -875,9 +932,9 @@ def assemble(
       known_levels: int [S], levels that every arc goes up, for internal
         graphs whose builder knows them (no longest-path or balancing
         passes; a ValueError if an arc does not go up).
-      defer: build nothing: the Fsa has no schedule (None) until `sj.stack`
-        builds every entry's at once; only structural ops that stack their
-        results make such an Fsa, and only `stack` takes one.
+      defer: build nothing yet: the Fsa builds its tables when first
+        needed (see `Fsa.schedule`), or `sj.stack` builds every entry's at
+        once, at the batch's sizes; what structural ops return.
     """
     num_arcs = arrays.src.shape[0]
     if arc_mask is None:
@@ -885,10 +942,10 @@ def assemble(
     final_mask = arrays.final_mask
     if final_mask is None:  # the format's own rule: a weight > -inf is final
         final_mask = checks.concrete(arrays.final_weight, "final_weight", "assemble") > -np.inf
-    if defer:
-        return from_tables(arrays, arc_mask, final_mask, None, None)
     if real_sizes is None:
         real_sizes = (arrays.num_states, num_arcs)
+    if defer:
+        return from_tables(arrays, arc_mask, final_mask, np.asarray(real_sizes, np.int32), None)
     entry = Entry(arrays.num_states, arrays.src, arrays.dst, arc_mask)
     if known_levels is not None:
         built = _at_levels(entry, known_levels)

@@ -24,9 +24,7 @@ result's non-final states store -inf (zero).
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -44,7 +42,6 @@ __all__ = [
     "apply_map",
     "assemble_operands",
     "check_operands",
-    "deferred_results",
     "from_sources",
     "map_entries",
     "parts_of",
@@ -111,32 +108,13 @@ def placeholder(
     )
 
 
-# Within `deferred_results()`, `from_sources` leaves the result's tables
-# unbuilt, for the `stack` of an op run entry by entry to build at once.
-_DEFERRED: contextvars.ContextVar[bool] = contextvars.ContextVar("deferred", default=False)
-
-
-@contextlib.contextmanager
-def deferred_results() -> Iterator[None]:
-    """Within it, the structural ops make their results unbuilt (`schedule`
-    None): for ops run entry by entry whose results only `stack` reads,
-    which builds each entry's tables once, at the batch's sizes."""
-    token = _DEFERRED.set(True)
-    try:
-        yield
-    finally:
-        _DEFERRED.reset(token)
-
-
 def map_entries(op: Callable[..., Fsa], *batches: Fsa, fn: str) -> Fsa:
     """`op` on the entries of batched operands (batch_shape (B,)), its
-    results stacked. Neither the operands' entries (unbuilt: structure and
-    weights only) nor `op`'s results are built but in that one `stack`, so
-    `op` must return a structural op's result and score nothing it makes."""
+    results stacked. The operands' entries and `op`'s results are unbuilt
+    (structure and weights only), so the only tables built are the batch's,
+    in that one `stack`."""
     entries = zip(*(batch_entries(batch, fn) for batch in batches))
-    with deferred_results():
-        results = [op(*entry) for entry in entries]
-    return stack(results)
+    return stack([op(*entry) for entry in entries])
 
 
 def from_sources(result: structure.Result, sources: Any, zero: int) -> Fsa:
@@ -158,7 +136,7 @@ def from_sources(result: structure.Result, sources: Any, zero: int) -> Fsa:
         sources.dtype,
         result.is_acceptor,
         is_final=is_final,
-        defer=_DEFERRED.get(),
+        defer=True,
     ).replace(weight=combine(result.arc_source), final_weight=combine(result.final_source))
 
 
@@ -184,8 +162,8 @@ def trimmed_fsa(
     ilabel: npt.ArrayLike,
     olabel: npt.ArrayLike,
     is_final: np.ndarray,
-    arc_weight: jax.Array,
-    final_weight: jax.Array,
+    arc_weight: jax.Array | np.ndarray,
+    final_weight: jax.Array | np.ndarray,
     is_acceptor: bool,
     useful: np.ndarray | None = None,
 ) -> Fsa:

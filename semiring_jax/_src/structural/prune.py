@@ -8,7 +8,7 @@ from semiring_jax._src.core import checks
 from semiring_jax._src.core.batch import batch_entries, stack
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.semiring import TROPICAL
-from semiring_jax._src.structural.arc_map import apply_map, deferred_results
+from semiring_jax._src.structural.arc_map import apply_map
 from semiring_jax._src.structural.host import structure
 
 __all__ = ["prune"]
@@ -55,12 +55,12 @@ def prune(fsa: Fsa, beam: float) -> Fsa:
     if not fsa.batch_shape:
         return _pruned(fsa, alpha, beta, beam)
     entries = batch_entries(fsa, "prune")
-    with deferred_results():
-        results = [
+    return stack(
+        [
             _pruned(entry, alpha[b, : entry.num_states], beta[b, : entry.num_states], beam)
             for b, entry in enumerate(entries)
         ]
-    return stack(results)
+    )
 
 
 def _pruned(fsa: Fsa, alpha: np.ndarray, beta: np.ndarray, beam: float) -> Fsa:

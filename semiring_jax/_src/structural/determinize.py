@@ -2,8 +2,10 @@
 
 The structure (weighted subsets, merged only where that holds for every
 weight: singletons) comes from `structural/host/subsets.py`; the arc weights and
-residuals are computed here in JAX, depth by depth, so they differentiate
-back to the input's weights.
+residuals are computed here depth by depth: in JAX, so they differentiate
+back to the input's weights, or in numpy where the weights are concrete and
+the semiring declares LOG's or TROPICAL's arithmetic (nothing to
+differentiate, and no device round trip).
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from semiring_jax._src.core import checks
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.semiring import LOG, Semiring
 from semiring_jax._src.structural.arc_map import check_operands, map_entries, parts_of, trimmed_fsa
+from semiring_jax._src.structural.host import plus
 from semiring_jax._src.structural.host import subsets as host_determinize
 
 __all__ = ["determinize"]
@@ -156,6 +160,31 @@ def determinize(fsa: Fsa, semiring: Semiring = LOG, *, max_states: int = 100_000
             f"cycles keep making new subsets would never stop"
         ) from None
     real = np.flatnonzero(np.asarray(fsa.arc_mask))
+    weights: tuple[Any, Any]
+    if semiring.arithmetic is not None and not any(
+        checks.is_traced(leaf) for leaf in (fsa.weight, fsa.final_weight)
+    ):
+        weights = _host_weights(tables, fsa, real, semiring.arithmetic)
+    else:
+        weights = _traced_weights(tables, fsa, real, semiring)
+    arc_weight, final_weight = weights
+    return trimmed_fsa(
+        tables.num_states,
+        tables.src,
+        tables.dst,
+        tables.label,
+        tables.label,
+        tables.is_final,
+        arc_weight,
+        final_weight,
+        True,
+    )
+
+
+def _traced_weights(
+    tables: host_determinize.Determinized, fsa: Fsa, real: np.ndarray, semiring: Semiring
+) -> tuple[jax.Array, jax.Array]:
+    """The result's arc [A'] and final [S'] weights in JAX (`_weights`)."""
     depths = [
         (
             depth.term_residual.astype(np.int32),
@@ -175,7 +204,7 @@ def determinize(fsa: Fsa, semiring: Semiring = LOG, *, max_states: int = 100_000
         m.astype(np.int32)
         for m in (tables.member_state, tables.member_input, tables.member_residual)
     )
-    arc_weight, final_weight = _weights(
+    return _weights(
         semiring,
         sizes,
         jnp.asarray(fsa.weight)[real],
@@ -184,14 +213,32 @@ def determinize(fsa: Fsa, semiring: Semiring = LOG, *, max_states: int = 100_000
         depths,
         members,
     )
-    return trimmed_fsa(
-        tables.num_states,
-        tables.src,
-        tables.dst,
-        tables.label,
-        tables.label,
-        tables.is_final,
-        arc_weight,
-        final_weight,
-        True,
+
+
+def _host_weights(
+    tables: host_determinize.Determinized, fsa: Fsa, real: np.ndarray, arithmetic: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """`_traced_weights` in numpy (float64 within), for concrete weights in
+    a semiring of LOG's or TROPICAL's `arithmetic` (zero -inf, one 0, ⊗ +)."""
+    dtype = fsa.dtype
+    weight = np.asarray(fsa.weight, np.float64)[real]
+    residuals = np.zeros(tables.num_residuals + 1)  # the last one is one
+    arc_weights = []
+    for depth in tables.depths:
+        terms = residuals[depth.term_residual] + weight[depth.term_arc]
+        num_slots = depth.slot_transition.shape[0]
+        values = plus.segment_plus(terms, depth.term_slot, num_slots, arithmetic)
+        total = plus.segment_plus(values, depth.slot_transition, depth.num_transitions, arithmetic)
+        arc_weights.append(total)
+        found = np.isfinite(total)[depth.slot_transition]
+        shift = np.where(found, total[depth.slot_transition], 0.0)
+        kept = depth.slot_residual >= 0  # singleton slots (-1) keep no residual
+        residual = np.where(found, values - shift, -np.inf)
+        residuals[depth.slot_residual[kept]] = residual[kept]
+    arc_weight = np.concatenate(arc_weights) if arc_weights else np.zeros(0)
+    final = np.where(np.asarray(fsa.final_mask), np.asarray(fsa.final_weight, np.float64), -np.inf)
+    final_terms = residuals[tables.member_residual] + final[tables.member_input]
+    final_weight = plus.segment_plus(
+        final_terms, tables.member_state, tables.num_states, arithmetic
     )
+    return arc_weight.astype(dtype), final_weight.astype(dtype)

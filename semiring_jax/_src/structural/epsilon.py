@@ -13,7 +13,7 @@ import numpy as np
 
 from semiring_jax._src.core import checks
 from semiring_jax._src.core.fsa import Fsa
-from semiring_jax._src.core.semiring import LOG, TROPICAL, Semiring
+from semiring_jax._src.core.semiring import LOG, Semiring
 from semiring_jax._src.scores.tot_score import forward_scores
 from semiring_jax._src.structural.arc_map import (
     check_operands,
@@ -22,7 +22,7 @@ from semiring_jax._src.structural.arc_map import (
     placeholder,
     trimmed_fsa,
 )
-from semiring_jax._src.structural.host import epsilon_closure
+from semiring_jax._src.structural.host import epsilon_closure, plus
 
 __all__ = ["remove_epsilon"]
 
@@ -110,24 +110,10 @@ def remove_epsilon(fsa: Fsa, semiring: Semiring = LOG) -> Fsa:
 
 def _on_host(fsa: Fsa, semiring: Semiring) -> bool:
     """Whether the weights are computed in numpy: concrete weights (nothing
-    to differentiate, no device round trip) in LOG or TROPICAL."""
+    to differentiate, no device round trip) in a semiring with LOG's or
+    TROPICAL's arithmetic (its `arithmetic` field)."""
     weights = (fsa.weight, fsa.final_weight)
-    return (semiring is LOG or semiring is TROPICAL) and not any(
-        checks.is_traced(leaf) for leaf in weights
-    )
-
-
-def _segment_plus(values: np.ndarray, starts: np.ndarray, semiring: Semiring) -> np.ndarray:
-    """⊕ of the runs of `values` that begin at `starts` (LOG or TROPICAL)."""
-    top = np.maximum.reduceat(values, starts)
-    if semiring is TROPICAL:
-        return top
-    safe = np.where(np.isfinite(top), top, 0.0)
-    total = np.add.reduceat(
-        np.exp(values - np.repeat(safe, np.diff(starts, append=values.size))), starts
-    )
-    with np.errstate(divide="ignore"):
-        return np.log(total) + safe
+    return semiring.arithmetic is not None and not any(checks.is_traced(leaf) for leaf in weights)
 
 
 def _host_weights(
@@ -136,6 +122,8 @@ def _host_weights(
     """The result's arc and final weights in numpy (float64 within): d(p, q)
     level by level of the pair graph, each pair once its level is reached,
     with the same tables as the level scan."""
+    arithmetic = semiring.arithmetic
+    assert arithmetic is not None  # see `_on_host`
     num_tree = tables.num_tree
     closure = np.full(tables.num_pairs + 1, -np.inf)  # pair P: none
     step = tables.pair_arc >= 0  # the tree's arcs (weight one) reach the pairs (p, p)
@@ -153,7 +141,7 @@ def _host_weights(
         targets = dst[begin:end]
         starts = np.flatnonzero(np.concatenate([[True], targets[1:] != targets[:-1]]))
         values = closure[src[begin:end]] + arc_weight[begin:end]
-        closure[targets[starts]] = _segment_plus(values, starts, semiring)
+        closure[targets[starts]] = plus.run_plus(values, starts, arithmetic)
     closure = closure.astype(weight.dtype)
     arc = closure[tables.arc_pair] + weight[tables.arc_input]
     final_weight = np.asarray(fsa.final_weight)
@@ -161,7 +149,7 @@ def _host_weights(
     rows = terms.shape[1]
     starts = np.arange(terms.shape[0]) * rows
     final = (
-        _segment_plus(terms.reshape(-1), starts, semiring)
+        plus.run_plus(terms.reshape(-1), starts, arithmetic)
         if rows
         else np.full(terms.shape[0], -np.inf)
     )

@@ -362,6 +362,31 @@ def test_load_checks_names_headers_and_sizes_before_reading(monkeypatch):
     assert sj.load(compressed).num_arcs == 20_000
 
 
+@pytest.mark.parametrize(
+    "kind, field, message",
+    [
+        ("schedule", "steps", r"and the table sizes they store \d+ more"),
+        ("dense", "in_slots", r"and the table sizes they store \d+ more"),
+        ("dense", "out_levels", r"array 'dense_shape' holds out_levels = 2147483647 at out_fan"),
+    ],
+)
+def test_stored_table_sizes_count_against_the_budget(kind, field, message):
+    # Sizes a file merely claims would make the builders allocate tables
+    # of that size: they count against max_bytes before anything is built.
+    saved = io.BytesIO()
+    sj.save(saved, sj.linear_fsa([1, 2, 3]))
+    saved.seek(0)
+    with np.load(saved) as stored:
+        arrays = {name: stored[name] for name in stored.files}
+    names = arrays[f"{kind}_shape_fields"].tolist()
+    arrays[f"{kind}_shape"][names.index(field)] = 2**31 - 1
+    tampered = io.BytesIO()
+    np.savez(tampered, **arrays)
+    tampered.seek(0)
+    with pytest.raises(ValueError, match=message):
+        sj.load(tampered)
+
+
 def test_save_refuses_non_fsas_and_tracers():
     with pytest.raises(TypeError, match=r"save: fsa must be an Fsa, got dict"):
         sj.save(io.BytesIO(), {})

@@ -56,7 +56,8 @@ read), the declared shapes against each other (the checks above), and
 their total against `max_bytes` (4 GiB by default). So a small file can
 never make `load` read more than that budget, nor more than 1032 times its
 own size; the tables it builds are those of the stored structure, at sizes
-the table builders accept for it.
+the table builders accept for it, and the bytes of the tables those stored
+sizes would build count against the same budget, before any is built.
 """
 
 from __future__ import annotations
@@ -294,7 +295,13 @@ def _load(stream: BinaryIO, where: str, max_bytes: int) -> Fsa:
         for name in _SMALL:
             if name in members:
                 shapes[name] = _read(archive, members[name], name, where)
-        _fsa_from_arrays(shapes, where, shapes_only=True)
+        table_bytes = _fsa_from_arrays(shapes, where, shapes_only=True)
+        if total + table_bytes > max_bytes:
+            raise ValueError(
+                f"load: {where}: the arrays declare {total} bytes and the table sizes "
+                f"they store {table_bytes} more, in all more than max_bytes = "
+                f"{max_bytes}; pass a larger max_bytes= to load the file"
+            )
         arrays = {
             name: shapes[name] if name in _SMALL else _read(archive, info, name, where)
             for name, info in members.items()
@@ -444,10 +451,11 @@ def _header(
     return int(version), tuple(batch_shape.tolist()), bool(is_acceptor), tuple(cycle.tolist())
 
 
-def _fsa_from_arrays(arrays: dict[str, Any], where: str, *, shapes_only: bool = False) -> Fsa:
+def _fsa_from_arrays(arrays: dict[str, Any], where: str, *, shapes_only: bool = False) -> Any:
     """The Fsa of a file's arrays, every check made. With `shapes_only`, the
     arrays other than `_SMALL` may be `_Declared` headers: only names,
-    dtypes and shapes are checked, and nothing is returned."""
+    dtypes and shapes are checked, and the bytes of the tables that the
+    stored sizes would build are returned (`_table_bytes`)."""
     check = _Checker(arrays, where)
     # The names are checked with the headers: an old file's tables are
     # never read, so they are not among the arrays the second time.
@@ -457,6 +465,8 @@ def _fsa_from_arrays(arrays: dict[str, Any], where: str, *, shapes_only: bool = 
     num_states = check.rank("final_weight", batch + 1, "[..., S]")[-1]
     if num_states < 1:
         raise check.fail("final_weight", "has no state; an Fsa has at least one")
+    if any(not 0 <= state < num_states for state in cycle):
+        raise check.fail("cycle", f"holds a state out of range for S={num_states}: {cycle}")
     if math.prod(batch_shape) == 0:
         raise check.fail("batch_shape", f"is {list(batch_shape)}: a batch has at least one entry")
     dtype = arrays["weight"].dtype
@@ -483,13 +493,15 @@ def _fsa_from_arrays(arrays: dict[str, Any], where: str, *, shapes_only: bool = 
             check.get("final_mask", bool, state_shape, "[..., S]")
         if version < 4:
             _old_tables(check, batch_shape, num_states, num_arcs)
-        return None  # type: ignore[return-value]  # the value is not used
+            return 0  # built at sizes the builders choose, bounded by the structure
+        entries = math.prod(batch_shape)
+        return entries * _table_bytes(_stored_shapes(check, cycle), num_states)
     fields["final_mask"] = (
         check.get("final_mask", bool, state_shape, "[..., S]")
         if "final_mask" in arrays
         else fields["final_weight"] > -np.inf
     )
-    _check_values(check, fields, num_states, cycle)
+    _check_values(check, fields, num_states)
     _check_real_sizes(check, sizes_name, real_sizes, num_states, num_arcs)
     shapes = _stored_shapes(check, cycle) if version >= 4 else UNKNOWN_SHAPES
     built = _build(check, fields, cycle, shapes)
@@ -508,9 +520,7 @@ def _fsa_from_arrays(arrays: dict[str, Any], where: str, *, shapes_only: bool = 
     )
 
 
-def _check_values(
-    check: _Checker, fields: dict[str, np.ndarray], num_states: int, cycle: tuple[int, ...]
-) -> None:
+def _check_values(check: _Checker, fields: dict[str, np.ndarray], num_states: int) -> None:
     for name in ("src", "dst"):
         values = fields[name].reshape(-1)
         bad = np.flatnonzero((values < 0) | (values >= num_states))
@@ -528,8 +538,6 @@ def _check_values(
                 name,
                 f"holds {values[bad[0]]} (flat index {bad[0]}); weights must be finite or -inf",
             )
-    if any(not 0 <= state < num_states for state in cycle):
-        raise check.fail("cycle", f"holds a state out of range for S={num_states}: {cycle}")
 
 
 def _old_tables(
@@ -584,7 +592,34 @@ def _stored_shapes(check: _Checker, cycle: tuple[int, ...]) -> Shapes:
                 sizes_name, f"holds {names[bad[0]]} = {sizes[bad[0]]}, not a size in int32"
             )
         found[kind] = expected(*(int(size) for size in sizes))
+    for side in ("in", "out"):
+        fan, depth = (getattr(found["dense"], f"{side}_{name}") for name in ("fan", "levels"))
+        # Trees of fan-in F >= 2 whose blocks of F ** L leaves some memory holds.
+        if depth and (fan < 2 or depth * math.log2(fan) >= 62):
+            raise check.fail(
+                "dense_shape",
+                f"holds {side}_levels = {depth} at {side}_fan = {fan}: trees that deep "
+                f"need a fan-in of at least 2 and fewer than 2**62 leaves",
+            )
     return Shapes(found.get("schedule"), found["dense"])
+
+
+def _table_bytes(shapes: Shapes, num_states: int) -> int:
+    """Bytes of one entry's tables at `shapes` (int32; the [A] ones aside,
+    which the arrays' own sizes bound), so that sizes a file merely claims
+    count against `load`'s budget before anything is built."""
+    total = 0
+    if shapes.schedule is not None:
+        level = shapes.schedule
+        positions = level.steps * level.width
+        total += positions * (2 + 2 * level.in_slots + 2 * level.out_slots) + level.helpers
+    dense = shapes.dense
+    for slots, fan, extra_rows, leaves, depth in (dense[0:5], dense[6:11]):
+        total += (num_states + extra_rows) * slots + num_states
+        if depth:  # `_stored_shapes` saw to fan >= 2 and fan ** depth < 2 ** 62
+            # Leaves rounded up to whole blocks, and as many nodes above them.
+            total += 2 * (leaves + fan**depth)
+    return 4 * total
 
 
 def _check_real_sizes(

@@ -224,6 +224,12 @@ def test_each_entry_is_built_once(monkeypatch, tmp_path):
     lattice, dense_counts = built(lambda: sj.intersect_dense(graph, emissions))
     # The lattices' longest paths come from their frames.
     assert dense_counts == {"levels": 32, "dense": 32, "paths": 0}
+    labels = [[1 + b % 3, 2] * (1 + b % 4) for b in range(32)]
+    graphs, graph_counts = built(lambda: sj.ctc_graph(labels))
+    assert graphs.batch_shape == (32,)
+    # CTC graphs loop (blanks): the first entry's longest paths find the
+    # cycle, so no entry gets level tables; each gets its dense ones once.
+    assert graph_counts == {"levels": 0, "dense": 32, "paths": 1}
     loaded, load_counts = built(lambda: sj.load(path))
     assert load_counts == {"levels": 32, "dense": 32, "paths": 32}
     jax.tree_util.tree_map(np.testing.assert_array_equal, loaded, batch)

@@ -441,6 +441,43 @@ def test_determinize_matches_openfst(data):
         assert result.num_states >= min(theirs.num_states(), 1)
 
 
+# A user's semiring that declares LOG's arithmetic takes the host path too.
+LOG_LIKE = sj.Semiring(
+    name="log_like",
+    plus=sj.LOG.plus,
+    times=sj.LOG.times,
+    sum=sj.LOG.sum,
+    zero=-np.inf,
+    one=0.0,
+    sum_grad=sj.LOG.sum_grad,
+    arithmetic="log",
+)
+
+
+@SETTINGS
+@given(
+    data=acyclic_fsas(weights=st.one_of(st.integers(-2, 2).map(float), FINITE, st.just(-np.inf)))
+)
+def test_determinize_weights_on_host_equal_the_traced_ones(data):
+    # Concrete weights are computed in numpy, traced ones in JAX: the same
+    # structure and, to rounding, the same weights (ties and zeros included).
+    fsa = build(data, transducer=False)
+    for semiring in (sj.LOG, sj.TROPICAL, LOG_LIKE):
+        host = sj.determinize(fsa, semiring)
+        traced = jax.jit(
+            lambda w, f, semiring=semiring: sj.determinize(
+                fsa.replace(weight=w, final_weight=f), semiring
+            )
+        )(jnp.asarray(fsa.weight), jnp.asarray(fsa.final_weight))
+        assert isinstance(host.weight, np.ndarray)
+        for name in ("src", "dst", "ilabel", "final_mask"):
+            np.testing.assert_array_equal(getattr(host, name), getattr(traced, name))
+        for name in ("weight", "final_weight"):
+            np.testing.assert_allclose(
+                getattr(host, name), getattr(traced, name), rtol=1e-12, atol=1e-12
+            )
+
+
 def test_determinize_keeps_each_strings_weight():
     # Two paths for "5 6" (LOG: their log-sum), one for "5 7".
     fsa = build(

@@ -23,7 +23,8 @@ import numpy.typing as npt
 from jax.typing import DTypeLike
 
 from semiring_jax._src.core import checks, derivatives
-from semiring_jax._src.core.fsa import Fsa
+from semiring_jax._src.core.fsa import Fsa, assemble
+from semiring_jax._src.core.host import build
 from semiring_jax._src.core.semiring import LOG
 from semiring_jax._src.dense import frame_scan
 from semiring_jax._src.dense.dense import (
@@ -291,7 +292,16 @@ def _one_ctc_graph(row: np.ndarray, blank: int, dtype: Any) -> Fsa:
     table = table[np.lexsort((table[:, 1], table[:, 0]))]  # by source, then destination
     rows = np.concatenate([table, np.zeros((table.shape[0], 1))], axis=1).tolist()
     final = [num_states - 1] + ([num_states - 2] if row.size else [])
-    return Fsa.from_arcs(rows, final=sorted(final), num_states=num_states, dtype=dtype)
+    arrays = build.arcs_from_rows(
+        rows,
+        sorted(final),
+        num_states=num_states,
+        start=0,
+        dtype=checks.check_float_dtype(dtype, "dtype", "ctc_graph"),
+        fn="ctc_graph",
+    )
+    # Unbuilt: a batch's `stack` builds every entry's tables once, at its sizes.
+    return assemble(arrays, defer=True)
 
 
 # -- the loss, on JAX-built slot tables -----------------------------------------

@@ -128,10 +128,15 @@ def tables(results: dict[str, Any]) -> str:
         f"| {r['log_cold']:g}×, {r['tropical_cold']:g}× |"
         for r in results["tot_score"]["rows"]
     ]
-    lines += ["", "| op | workload | ours / OpenFst |", "|---|---|---|"]
+    span = lambda values: f"{min(values):g}–{max(values):g}×"
     lines += [
-        f"| `{r['op']}` | {r['workload']} | "
-        f"{min(r['ours_over_openfst']):g}–{max(r['ours_over_openfst']):g}× |"
+        "",
+        "| op | workload | ours / OpenFst | with the result's tables built |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| `{r['op']}` | {r['workload']} | {span(r['ours_over_openfst'])} | "
+        f"{span(r['with_tables_over_openfst'])} |"
         for r in results["structural"]["rows"]
     ]
     return "\n".join(lines)

@@ -35,6 +35,7 @@ from semiring_jax._src.structural.unary import (
     reverse,
     top_sort,
 )
+from semiring_jax._src.transducer.rnnt import rnnt_align, rnnt_loss
 
 # The one source of the version: pyproject.toml reads this literal statically.
 __version__ = "0.1.0"
@@ -71,6 +72,8 @@ __all__ = [
     "prune",
     "remove_epsilon",
     "reverse",
+    "rnnt_align",
+    "rnnt_loss",
     "save",
     "semiring",
     "stack",

@@ -33,11 +33,15 @@ pynini / OpenFst findings (pynini 2.1.6.post1):
     ``Weight(t, float("-inf"))`` is rejected (scores never reach +inf).
 """
 
+import itertools
 import math
 from collections import defaultdict
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pynini
+from scipy.special import logsumexp as scipy_logsumexp
 
 _ONE = {"log": 0.0, "tropical": 0.0, "real": 1.0}
 _ARC_TYPES = {"log": "log", "log64": "log64", "tropical": "standard", "standard": "standard"}
@@ -370,3 +374,61 @@ def torch_ctc(logits, input_lengths, labels, label_lengths, blank=0):
     )
     loss.sum().backward()
     return loss.detach().numpy(), x.grad.numpy()
+
+
+# -- transducer (RNN-T) ---------------------------------------------------------
+
+
+def rnnt_alignments(num_frames, num_labels):
+    """Every path over the [T, U+1] grid as the set of move indices that
+    emit a label (the others are blanks): T + U moves, the last a blank."""
+    if num_frames == 0:
+        return []
+    return list(itertools.combinations(range(num_frames + num_labels - 1), num_labels))
+
+
+def _rnnt_path_terms(log_probs, labels, blank, emits):
+    """(blank terms, label terms) of one path, as lists of log-probs."""
+    t = u = 0
+    blanks, label_terms = [], []
+    for move in range(log_probs.shape[0] + len(labels)):
+        if move in emits:
+            label_terms.append(log_probs[t, u, labels[u]])
+            u += 1
+        else:
+            blanks.append(log_probs[t, u, blank])
+            t += 1
+    return blanks, label_terms
+
+
+def brute_rnnt_nll(logits, labels, blank=0, fastemit_lambda=0.0):
+    """-log P(labels) of one utterance, logits [T_b, U_b + 1, V], by
+    enumerating every alignment, in JAX (so that jax.grad gives the oracle
+    gradient). FastEmit: the label terms' gradient scaled by 1 + λ, the
+    value unchanged (NeMo's rule)."""
+    log_probs = jax.nn.log_softmax(jnp.asarray(logits), axis=-1)
+    paths = rnnt_alignments(log_probs.shape[0], len(labels))
+    if not paths:
+        return jnp.asarray(jnp.inf, log_probs.dtype)
+    scores = []
+    for emits in paths:
+        blanks, label_terms = _rnnt_path_terms(log_probs, labels, blank, emits)
+        emitted = sum(label_terms, jnp.zeros((), log_probs.dtype))
+        scaled = emitted * (1 + fastemit_lambda) - jax.lax.stop_gradient(emitted) * fastemit_lambda
+        scores.append(sum(blanks, jnp.zeros((), log_probs.dtype)) + scaled)
+    return -jax.scipy.special.logsumexp(jnp.stack(scores))
+
+
+def brute_rnnt_align(logits, labels, blank=0):
+    """(frames of each label on the best alignment, its log-probability) of
+    one utterance by enumeration (numpy float64)."""
+    logits = np.asarray(logits, np.float64)
+    log_probs = logits - scipy_logsumexp(logits, axis=-1, keepdims=True)
+    best = (-np.inf, [-1] * len(labels))
+    for emits in rnnt_alignments(log_probs.shape[0], len(labels)):
+        blanks, label_terms = _rnnt_path_terms(log_probs, labels, blank, emits)
+        score = float(np.sum(blanks) + np.sum(label_terms))
+        if score > best[0]:
+            frames = [move - i for i, move in enumerate(sorted(emits))]
+            best = (score, frames)
+    return best[1], best[0]

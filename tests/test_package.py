@@ -30,6 +30,7 @@ DENSE = {
     "forced_align",
     "viterbi_decode",
 }
+TRANSDUCER = {"rnnt_loss", "rnnt_align"}
 ALGORITHMS = {
     "intersect",
     "compose",
@@ -52,7 +53,7 @@ ECOSYSTEM = {"SymbolTable", "save", "load", "dense_occupancy", "plot_alignment"}
 
 def test_all_is_the_built_part_of_the_api():
     exported = set(sj.__all__)
-    assert exported == CORE | DENSE | ALGORITHMS | ECOSYSTEM
+    assert exported == CORE | DENSE | TRANSDUCER | ALGORITHMS | ECOSYSTEM
 
 
 def test_every_public_name_has_an_example():

@@ -37,7 +37,7 @@ from semiring_jax._src.dense.dense import (
 from semiring_jax._src.dense.frame_scan import Slots
 from semiring_jax._src.kernels import ctc_ops
 
-__all__ = ["ctc_graph", "ctc_loss", "ctc_topo", "forced_align"]
+__all__ = ["check_labels", "ctc_graph", "ctc_loss", "ctc_topo", "forced_align"]
 
 # (input_lengths [B], labels [B, U], label_lengths [B])
 Lengths = tuple[jax.Array, jax.Array, jax.Array]
@@ -455,6 +455,23 @@ def _check_ctc_inputs(
     log_probs = check_emissions(log_probs, fn, "log_probs")
     batch, num_frames, vocab_size = log_probs.shape
     input_lengths = check_lengths(input_lengths, batch, num_frames, fn, "input_lengths", "T")
+    labels, label_lengths = check_labels(labels, label_lengths, batch, vocab_size, blank, fn)
+    return log_probs, input_lengths, labels, label_lengths
+
+
+def check_labels(
+    labels: npt.ArrayLike,
+    label_lengths: npt.ArrayLike,
+    batch: int,
+    vocab_size: int,
+    blank: Any,
+    fn: str,
+) -> tuple[jax.Array, jax.Array]:
+    """Padded label sequences int [B, U] and their lengths int [B] (in
+    [0, U]), as int32: every used label in [0, V) and not `blank` (an int
+    in [0, V)); values checked when concrete, traced ones clamped into
+    range before the cast (never wrapped). The CTC and transducer losses'
+    labels."""
     labels = as_array(labels, "labels", fn)
     label_lengths = as_array(label_lengths, "label_lengths", fn)
     if np.ndim(labels) != 2 or np.shape(labels)[0] != batch:
@@ -481,7 +498,7 @@ def _check_ctc_inputs(
     # Padding (and, traced, anything) into [0, V) before the cast, so that
     # an int64 label never wraps to a small int32 one.
     labels = jnp.clip(jnp.asarray(labels), 0, vocab_size - 1).astype(jnp.int32)
-    return log_probs, input_lengths, labels, label_lengths
+    return labels, label_lengths
 
 
 def ctc_loss(

@@ -1,4 +1,4 @@
-"""Score ops on a batch sharded over 4 devices match one device, and stay sharded.
+"""Score ops and losses on a batch sharded over 4 devices match one device, and stay sharded.
 
 XLA fixes the device count when jax is imported, so the checks run in a
 subprocess with 4 host CPU devices (`python tests/dense/test_sharding.py`); the
@@ -204,7 +204,35 @@ def check_ctc_loss(mesh, rng):
     )
 
 
-CHECKS = [check_tot_score, check_dense_shared_graph, check_dense_batched_graph, check_ctc_loss]
+def check_rnnt_loss(mesh, rng):
+    num_labels = 3
+    args = (
+        jnp.asarray(rng.normal(size=(B, T, num_labels + 1, V)), jnp.float32),
+        jnp.asarray(rng.integers(T - 4, T + 1, B), jnp.int32),
+        jnp.asarray(rng.integers(1, V, (B, num_labels)), jnp.int32),
+        jnp.asarray(rng.integers(0, num_labels + 1, B), jnp.int32),
+    )
+    _compare(
+        "rnnt_loss", sj.rnnt_loss, args, jax.device_put(args, NamedSharding(mesh, P("batch"))), 0
+    )
+    mapped = jax.jit(
+        jax.shard_map(sj.rnnt_loss, mesh=mesh, in_specs=P("batch"), out_specs=P("batch"))
+    )
+    _assert_close("rnnt_loss in shard_map", mapped(*args), sj.rnnt_loss(*args))
+    _assert_close(
+        "rnnt_loss in shard_map, grad",
+        jax.grad(lambda x: jnp.sum(mapped(x, *args[1:])))(args[0]),
+        jax.grad(lambda x: jnp.sum(sj.rnnt_loss(x, *args[1:])))(args[0]),
+    )
+
+
+CHECKS = [
+    check_tot_score,
+    check_dense_shared_graph,
+    check_dense_batched_graph,
+    check_ctc_loss,
+    check_rnnt_loss,
+]
 
 
 def main(names) -> int:

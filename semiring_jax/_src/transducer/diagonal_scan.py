@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from semiring_jax._src.core import compensated
+from semiring_jax._src.dense.slots import varying_like
 
 Pair = tuple[jax.Array, jax.Array]
 
@@ -66,6 +67,11 @@ def _shift_left(values: jax.Array, fill: float) -> jax.Array:
     return jnp.concatenate([values[..., 1:], jnp.full_like(values[..., :1], fill)], axis=-1)
 
 
+def _start(blank: jax.Array) -> jax.Array:
+    """α on diagonal 0: one (0) at (0, 0), zero (-inf) elsewhere, [B, U+1]."""
+    return jnp.full(blank.shape[1:], -jnp.inf, blank.dtype).at[:, 0].set(0.0)
+
+
 def _pair_shifted(pair: Pair, shift: Any) -> Pair:
     """Both halves of a pair shifted along the positions (hi filled with
     -inf, lo with 0)."""
@@ -85,7 +91,7 @@ def forward(blank: jax.Array, emit: jax.Array) -> Pair:
       emit: [N, B, U+1] skewed log-probs of the label move out of each
         node (-inf at u = U and where there is none).
     """
-    start_hi = jnp.full(blank.shape[1:], -jnp.inf, blank.dtype).at[:, 0].set(0.0)
+    start_hi = varying_like(blank, _start(blank))
     start = (start_hi, jnp.zeros_like(start_hi))
 
     def step(alpha: Pair, moves: tuple[jax.Array, jax.Array]) -> tuple[Pair, Pair]:
@@ -131,7 +137,7 @@ def best_forward(blank: jax.Array, emit: jax.Array) -> tuple[jax.Array, jax.Arra
     move into it: (scores [N, B, U+1], came_by_label bool [N, B, U+1];
     False on diagonal 0, which nothing enters). Ties go to the blank move.
     """
-    start = jnp.full(blank.shape[1:], -jnp.inf, blank.dtype).at[:, 0].set(0.0)
+    start = varying_like(blank, _start(blank))
 
     def step(alpha: jax.Array, moves: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, Any]:
         blank_n, emit_n = moves

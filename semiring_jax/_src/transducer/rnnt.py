@@ -123,11 +123,18 @@ def _end_node(
     return jnp.where(at_end, jnp.zeros((), dtype), -jnp.inf)
 
 
+def _at_nodes(skewed: jax.Array, diagonal: jax.Array, position: jax.Array) -> jax.Array:
+    """skewed[diagonal[b], b, position[b]] [B], gathered within each batch
+    entry (batch-aligned gathers keep a batch sharded: no collective)."""
+    by_batch = jnp.moveaxis(skewed, 1, 0)  # [B, N, U+1]
+    rows = jnp.take_along_axis(by_batch, diagonal[:, None, None], axis=1)[:, 0]
+    return jnp.take_along_axis(rows, position[:, None], axis=1)[:, 0]
+
+
 def _log_likelihood(alpha: Pair, frame_lengths: jax.Array, label_lengths: jax.Array) -> Pair:
     """α at each utterance's end node (T_b, U_b): its log-likelihood [B] as
     a pair; -inf without frames (a path ends with a blank from frame T_b - 1)."""
-    batch = jnp.arange(alpha[0].shape[1])
-    hi, lo = (x[frame_lengths + label_lengths, batch, label_lengths] for x in alpha)
+    hi, lo = (_at_nodes(x, frame_lengths + label_lengths, label_lengths) for x in alpha)
     has_frames = frame_lengths > 0
     return jnp.where(has_frames, hi, -jnp.inf), jnp.where(has_frames, lo, 0.0)
 
@@ -288,7 +295,8 @@ def _rnnt_align(
     def back(position: jax.Array, diagonal: jax.Array) -> tuple[jax.Array, Any]:
         # At the node (diagonal - u, u) of each utterance's best path.
         here_on_path = diagonal <= frame_lengths + label_lengths
-        by_label = came_by_label[diagonal, batch, position] & here_on_path & (position > 0)
+        came = jnp.take_along_axis(came_by_label[diagonal], position[:, None], axis=1)[:, 0]
+        by_label = came & here_on_path & (position > 0)
         # The label that moved into (t, u) was label u, emitted at frame t.
         frame = diagonal - position
         emitted = jnp.where(by_label, frame, -1)

@@ -35,6 +35,13 @@ from semiring_jax._src.structural.unary import (
     reverse,
     top_sort,
 )
+from semiring_jax._src.transducer.pruned import (
+    rnnt_loss_pruned,
+    rnnt_loss_simple,
+    rnnt_loss_smoothed,
+    rnnt_prune,
+    rnnt_prune_ranges,
+)
 from semiring_jax._src.transducer.rnnt import rnnt_align, rnnt_loss
 
 # The one source of the version: pyproject.toml reads this literal statically.
@@ -74,6 +81,11 @@ __all__ = [
     "reverse",
     "rnnt_align",
     "rnnt_loss",
+    "rnnt_loss_pruned",
+    "rnnt_loss_simple",
+    "rnnt_loss_smoothed",
+    "rnnt_prune",
+    "rnnt_prune_ranges",
     "save",
     "semiring",
     "stack",

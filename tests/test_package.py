@@ -30,7 +30,15 @@ DENSE = {
     "forced_align",
     "viterbi_decode",
 }
-TRANSDUCER = {"rnnt_loss", "rnnt_align"}
+TRANSDUCER = {
+    "rnnt_loss",
+    "rnnt_align",
+    "rnnt_loss_simple",
+    "rnnt_loss_smoothed",
+    "rnnt_prune_ranges",
+    "rnnt_prune",
+    "rnnt_loss_pruned",
+}
 ALGORITHMS = {
     "intersect",
     "compose",

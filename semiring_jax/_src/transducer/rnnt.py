@@ -27,10 +27,10 @@ import jax.numpy as jnp
 import numpy as np
 import numpy.typing as npt
 
-from semiring_jax._src.core import checks, compensated
+from semiring_jax._src.core import checks
 from semiring_jax._src.dense.ctc import check_labels
 from semiring_jax._src.dense.dense import as_array, check_lengths, dtype_of
-from semiring_jax._src.transducer import diagonal_scan
+from semiring_jax._src.transducer import diagonal_scan, grid
 
 __all__ = ["rnnt_align", "rnnt_loss"]
 
@@ -86,59 +86,6 @@ def _move_log_probs(
     return normaliser, blank_lp, emit_lp
 
 
-def _masks(
-    shape: tuple[int, ...], frame_lengths: jax.Array, label_lengths: jax.Array
-) -> tuple[jax.Array, jax.Array]:
-    """Which nodes (t, u) of each utterance's grid have a blank move and
-    which a label move (bool [B, T, U+1]): t < T_b and u <= U_b, resp. u < U_b."""
-    _, num_frames, num_positions = shape
-    frame = jnp.arange(num_frames, dtype=jnp.int32)[None, :, None]
-    position = jnp.arange(num_positions, dtype=jnp.int32)[None, None, :]
-    in_frames = frame < frame_lengths[:, None, None]
-    has_blank = in_frames & (position <= label_lengths[:, None, None])
-    has_label = in_frames & (position < label_lengths[:, None, None])
-    return has_blank, has_label
-
-
-def _lattice(
-    blank_lp: jax.Array, emit_lp: jax.Array, frame_lengths: jax.Array, label_lengths: jax.Array
-) -> tuple[jax.Array, jax.Array]:
-    """The skewed move log-probs, -inf outside each utterance's grid."""
-    has_blank, has_label = _masks(blank_lp.shape, frame_lengths, label_lengths)
-    blank = diagonal_scan.skew(jnp.where(has_blank, blank_lp, -jnp.inf), -jnp.inf)
-    emit = diagonal_scan.skew(jnp.where(has_label, emit_lp, -jnp.inf), -jnp.inf)
-    return blank, emit
-
-
-def _end_node(
-    skewed_shape: tuple[int, ...], frame_lengths: jax.Array, label_lengths: jax.Array, dtype: Any
-) -> jax.Array:
-    """0 at each utterance's end node (T_b, U_b) on the skewed grid, -inf elsewhere."""
-    num_diagonals, _, num_positions = skewed_shape
-    diagonal = jnp.arange(num_diagonals, dtype=jnp.int32)[:, None, None]
-    position = jnp.arange(num_positions, dtype=jnp.int32)[None, None, :]
-    at_end = (diagonal == (frame_lengths + label_lengths)[None, :, None]) & (
-        position == label_lengths[None, :, None]
-    )
-    return jnp.where(at_end, jnp.zeros((), dtype), -jnp.inf)
-
-
-def _at_nodes(skewed: jax.Array, diagonal: jax.Array, position: jax.Array) -> jax.Array:
-    """skewed[diagonal[b], b, position[b]] [B], gathered within each batch
-    entry (batch-aligned gathers keep a batch sharded: no collective)."""
-    by_batch = jnp.moveaxis(skewed, 1, 0)  # [B, N, U+1]
-    rows = jnp.take_along_axis(by_batch, diagonal[:, None, None], axis=1)[:, 0]
-    return jnp.take_along_axis(rows, position[:, None], axis=1)[:, 0]
-
-
-def _log_likelihood(alpha: Pair, frame_lengths: jax.Array, label_lengths: jax.Array) -> Pair:
-    """α at each utterance's end node (T_b, U_b): its log-likelihood [B] as
-    a pair; -inf without frames (a path ends with a blank from frame T_b - 1)."""
-    hi, lo = (_at_nodes(x, frame_lengths + label_lengths, label_lengths) for x in alpha)
-    has_frames = frame_lengths > 0
-    return jnp.where(has_frames, hi, -jnp.inf), jnp.where(has_frames, lo, 0.0)
-
-
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
 def _rnnt_nll(
     logits: jax.Array,
@@ -161,46 +108,20 @@ def _rnnt_forward(
     fastemit_lambda: float,
 ) -> tuple[jax.Array, Any]:
     normaliser, blank_lp, emit_lp = _move_log_probs(logits, labels, blank)
-    lattice = _lattice(blank_lp, emit_lp, frame_lengths, label_lengths)
-    alpha = diagonal_scan.forward(*lattice)
-    log_likelihood = _log_likelihood(alpha, frame_lengths, label_lengths)
-    residuals = (logits, frame_lengths, labels, label_lengths, normaliser, lattice, alpha)
-    return -(log_likelihood[0] + log_likelihood[1]), residuals
-
-
-def _posterior(alpha: Pair, move: jax.Array, beta: Pair, total: Pair) -> jax.Array:
-    """exp(α + move + β - log P) [N, B, U+1], from pairs; 0 without a path."""
-    hi, lo = compensated.add(*compensated.add_pairs(alpha, beta), move)
-    shape = (1, total[0].shape[0], 1)
-    return compensated.exp_difference(hi, lo, total[0].reshape(shape), total[1].reshape(shape))
-
-
-def _next(pair: Pair, label: bool) -> Pair:
-    """A skewed pair's value at each node's blank successor (t + 1, u), or
-    with `label` its label successor (t, u + 1): both one diagonal on."""
-    hi, lo = (
-        jnp.concatenate([x[1:], jnp.full_like(x[:1], fill)])
-        for x, fill in zip(pair, (-jnp.inf, 0.0))
-    )
-    if label:
-        hi = jnp.concatenate([hi[..., 1:], jnp.full_like(hi[..., :1], -jnp.inf)], axis=-1)
-        lo = jnp.concatenate([lo[..., 1:], jnp.zeros_like(lo[..., :1])], axis=-1)
-    return hi, lo
+    moves = grid.lattice(blank_lp, emit_lp, frame_lengths, label_lengths)
+    alpha = diagonal_scan.forward(*moves)
+    hi, lo = grid.log_likelihood(alpha, frame_lengths, label_lengths)
+    residuals = (logits, frame_lengths, labels, label_lengths, normaliser, moves, alpha)
+    return -(hi + lo), residuals
 
 
 def _rnnt_backward(blank: int, fastemit_lambda: float, residuals: Any, cotangent: jax.Array) -> Any:
-    logits, frame_lengths, labels, label_lengths, normaliser, lattice, alpha = residuals
-    blank_moves, emit_moves = lattice
-    end = _end_node(alpha[0].shape, frame_lengths, label_lengths, alpha[0].dtype)
-    beta = diagonal_scan.backward(blank_moves, emit_moves, end)
-    log_likelihood = _log_likelihood(alpha, frame_lengths, label_lengths)
-    num_frames = logits.shape[1]
-    blank_post = _posterior(alpha, blank_moves, _next(beta, False), log_likelihood)
-    emit_post = _posterior(alpha, emit_moves, _next(beta, True), log_likelihood)
-    blank_post = diagonal_scan.unskew(blank_post, num_frames)
-    emit_post = diagonal_scan.unskew(emit_post, num_frames) * (1.0 + fastemit_lambda)
+    logits, frame_lengths, labels, label_lengths, normaliser, moves, alpha = residuals
+    blank_post, emit_post = grid.move_posteriors(
+        moves, alpha, frame_lengths, label_lengths, logits.shape[1]
+    )
     scale = cotangent[:, None, None]
-    blank_post, emit_post = blank_post * scale, emit_post * scale
+    blank_post, emit_post = blank_post * scale, emit_post * (scale * (1.0 + fastemit_lambda))
     # -∂ log P / ∂ logits, times the cotangent, written once.
     softmax = jnp.exp(logits - normaliser[..., None])
     vocab = jnp.arange(logits.shape[-1], dtype=jnp.int32)[None, None, None, :]
@@ -208,7 +129,7 @@ def _rnnt_backward(blank: int, fastemit_lambda: float, residuals: Any, cotangent
     grad = softmax * (blank_post + emit_post)[..., None]
     grad = grad - jnp.where(vocab == blank, blank_post[..., None], 0.0)
     grad = grad - jnp.where(vocab == label_at[:, None, :, None], emit_post[..., None], 0.0)
-    has_blank, _ = _masks(normaliser.shape, frame_lengths, label_lengths)
+    has_blank, _ = grid.masks(normaliser.shape, frame_lengths, label_lengths)
     grad = jnp.where(has_blank[..., None], grad, 0.0)  # padding: exactly 0, NaN or not
     return grad.astype(logits.dtype), None, None, None
 
@@ -286,9 +207,9 @@ def _rnnt_align(
     blank: int,
 ) -> tuple[jax.Array, jax.Array]:
     _, blank_lp, emit_lp = _move_log_probs(logits, labels, blank)
-    blank_moves, emit_moves = _lattice(blank_lp, emit_lp, frame_lengths, label_lengths)
+    blank_moves, emit_moves = grid.lattice(blank_lp, emit_lp, frame_lengths, label_lengths)
     scores, came_by_label = diagonal_scan.best_forward(blank_moves, emit_moves)
-    best, _ = _log_likelihood((scores, jnp.zeros_like(scores)), frame_lengths, label_lengths)
+    best, _ = grid.log_likelihood((scores, jnp.zeros_like(scores)), frame_lengths, label_lengths)
     batch = jnp.arange(logits.shape[0])
     num_labels = labels.shape[1]
 

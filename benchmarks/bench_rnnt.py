@@ -14,7 +14,12 @@ for each contestant in the same process, on the same seeded inputs:
     reduction="none").sum().backward() (k2's full loss; torch CPU, 2 threads),
     where installed;
   * warprnnt_numba: NeMo's CPU loss (numba loops, ~0.25 ms per grid node), on
-    the smallest size only.
+    the smallest size only;
+  * the pruned pipelines, ours and fast_rnnt's, from `am` [B, T, V] and
+    `lm` [B, U+1, V]: the simple loss (value and gradient), the pruning
+    ranges at s_range 5, the pruned joiner inputs, the joiner
+    (am_pruned + lm_pruned) and the pruned loss; gradients of 0.5 simple +
+    pruned with respect to am and lm.
 
 at (B, T, U, V) = (4, 100, 20, 64), (8, 200, 50, 256), (8, 300, 80, 512).
 
@@ -124,27 +129,88 @@ def warprnnt_call(data: dict[str, np.ndarray]):
     return call
 
 
-def xla_bytes(step, argument) -> int:
-    analysis = step.lower(argument).compile().memory_analysis()
+S_RANGE = 5
+
+
+def am_lm(data: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The additive joiner's inputs of a size: N(0, 1), [B, T, V], [B, U+1, V]."""
+    batch, num_frames, num_positions, vocab = data["logits"].shape
+    rng = np.random.default_rng(1)
+    am = rng.normal(size=(batch, num_frames, vocab)).astype(np.float32)
+    lm = rng.normal(size=(batch, num_positions, vocab)).astype(np.float32)
+    return am, lm
+
+
+def ours_pruned(data: dict[str, np.ndarray]):
+    lengths = tuple(jnp.asarray(data[k]) for k in ("frame_lengths", "labels", "label_lengths"))
+    am, lm = (jnp.asarray(x) for x in am_lm(data))
+    ranges_size = min(S_RANGE, lm.shape[1])
+
+    @jax.jit
+    def step(am, lm):
+        def loss(am, lm):
+            simple = sj.rnnt_loss_simple(am, lm, *lengths)
+            ranges = sj.rnnt_prune_ranges(am, lm, *lengths, ranges_size)
+            am_pruned, lm_pruned = sj.rnnt_prune(am, lm, ranges)
+            pruned = sj.rnnt_loss_pruned(am_pruned + lm_pruned, *lengths, ranges)
+            return (0.5 * simple + pruned).sum()
+
+        return jax.value_and_grad(loss, argnums=(0, 1))(am, lm)
+
+    return step, (am, lm)
+
+
+def fast_rnnt_pruned_call(data: dict[str, np.ndarray]):
+    import fast_rnnt
+
+    am0, lm0 = (torch.tensor(x) for x in am_lm(data))
+    symbols = torch.tensor(data["labels"], dtype=torch.int64)
+    boundary = torch.zeros((len(data["frame_lengths"]), 4), dtype=torch.int64)
+    boundary[:, 2] = torch.tensor(data["label_lengths"])
+    boundary[:, 3] = torch.tensor(data["frame_lengths"])
+    common = dict(symbols=symbols, termination_symbol=0, boundary=boundary, reduction="none")
+
+    def call():
+        am, lm = am0.detach().requires_grad_(True), lm0.detach().requires_grad_(True)
+        simple, (px_grad, py_grad) = fast_rnnt.rnnt_loss_simple(
+            lm=lm, am=am, return_grad=True, **common
+        )
+        ranges = fast_rnnt.get_rnnt_prune_ranges(
+            px_grad=px_grad, py_grad=py_grad, boundary=boundary, s_range=S_RANGE
+        )
+        am_pruned, lm_pruned = fast_rnnt.do_rnnt_pruning(am=am, lm=lm, ranges=ranges)
+        pruned = fast_rnnt.rnnt_loss_pruned(logits=am_pruned + lm_pruned, ranges=ranges, **common)
+        (0.5 * simple + pruned).sum().backward()
+        return pruned.detach(), am.grad
+
+    return call
+
+
+def xla_bytes(step, *arguments) -> int:
+    analysis = step.lower(*arguments).compile().memory_analysis()
     return int(analysis.temp_size_in_bytes + analysis.output_size_in_bytes)
 
 
 def measure(index: int, size: tuple[int, int, int, int], have_fast_rnnt: bool, reps: Reps):
-    """(size, medians by contestant, our compile seconds, our and the
-    floor's XLA bytes) of one size."""
+    """(size, medians by contestant, our compile seconds, XLA bytes of
+    ours, the floor and our pruned pipeline) of one size."""
     data = inputs(index, size)
     step, argument = ours(data)
     floor_step, floor_argument = floor(data)
+    pruned_step, pruned_arguments = ours_pruned(data)
     contestants = {
         "ours": lambda: jax.block_until_ready(step(argument)),
         "floor": lambda: jax.block_until_ready(floor_step(floor_argument)),
+        "ours pruned": lambda: jax.block_until_ready(pruned_step(*pruned_arguments)),
     }
     first_call = first_call_seconds(contestants["ours"])
     first_call_seconds(contestants["floor"])
+    first_call_seconds(contestants["ours pruned"])
     lengths = tuple(data[k] for k in ("frame_lengths", "labels", "label_lengths"))
     our_loss = np.asarray(sj.rnnt_loss(data["logits"], *lengths))
     if have_fast_rnnt:
         contestants["fast_rnnt"] = fast_rnnt_call(data)
+        contestants["fast_rnnt pruned"] = fast_rnnt_pruned_call(data)
     if index == 0:
         contestants["warprnnt_numba"] = warprnnt_call(data)
     for name in ("fast_rnnt", "warprnnt_numba"):
@@ -152,13 +218,12 @@ def measure(index: int, size: tuple[int, int, int, int], have_fast_rnnt: bool, r
             their_loss = contestants[name]()[0].numpy()
             np.testing.assert_allclose(their_loss, our_loss, rtol=1e-4, err_msg=name)
     medians = interleaved_medians(contestants, reps)
-    return (
-        size,
-        medians,
-        first_call - medians["ours"],
+    memory = (
         xla_bytes(step, argument),
         xla_bytes(floor_step, floor_argument),
+        xla_bytes(pruned_step, *pruned_arguments),
     )
+    return size, medians, first_call - medians["ours"], memory
 
 
 def _ms(seconds: float | None) -> str:
@@ -185,7 +250,7 @@ def main() -> None:
         f"{'fast_rnnt ms':>13s} {'fast_rnnt/ours':>15s} {'warprnnt ms':>12s} "
         f"{'compile s':>10s} {'ours MB':>8s} {'floor MB':>9s}"
     )
-    for size, medians, compile_s, our_bytes, floor_bytes in rows:
+    for size, medians, compile_s, (our_bytes, floor_bytes, _) in rows:
         fast = medians.get("fast_rnnt")
         speedup = "-" if fast is None else f"{fast / medians['ours']:.2f}"
         print(
@@ -193,6 +258,21 @@ def main() -> None:
             f"{medians['ours'] / medians['floor']:11.2f} {_ms(fast):>13s} {speedup:>15s} "
             f"{_ms(medians.get('warprnnt_numba')):>12s} {compile_s:10.2f} "
             f"{our_bytes / 2**20:8.1f} {floor_bytes / 2**20:9.1f}"
+        )
+    print(
+        f"\npruned pipelines (s_range {S_RANGE}; simple + ranges + pruning + joiner + pruned loss)"
+    )
+    print(
+        f"{'(B, T, U, V)':>20s} {'ours ms':>9s} {'fast_rnnt ms':>13s} {'fast_rnnt/ours':>15s} "
+        f"{'full/pruned':>12s} {'pruned MB':>10s} {'full MB':>8s}"
+    )
+    for size, medians, _, (our_bytes, _, pruned_bytes) in rows:
+        fast = medians.get("fast_rnnt pruned")
+        speedup = "-" if fast is None else f"{fast / medians['ours pruned']:.2f}"
+        print(
+            f"{size!s:>20s} {_ms(medians['ours pruned']):>9s} {_ms(fast):>13s} {speedup:>15s} "
+            f"{medians['ours'] / medians['ours pruned']:12.2f} {pruned_bytes / 2**20:10.1f} "
+            f"{our_bytes / 2**20:8.1f}"
         )
 
 

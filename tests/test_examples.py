@@ -103,3 +103,11 @@ def test_ctc_training_learns_to_decode():
     assert last < 0.1 * first, (first, last)
     accuracy = re.findall(r"exact matches on 200 fresh sequences: (\d+)%", stdout)[-1]
     assert int(accuracy) >= 70, stdout
+
+
+def test_rnnt_training_with_the_pruned_loss_learns():
+    # A short run (~12 s): warm-up on the simple loss, then simple + pruned.
+    stdout = _run_script("rnnt_training", "--steps", "150", "--warmup", "50")
+    first, last = _losses(stdout)
+    assert last < 0.5 * first, (first, last)
+    assert "greedy decode" in stdout

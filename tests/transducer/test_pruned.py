@@ -12,14 +12,12 @@ import semiring_jax as sj
 
 
 @st.composite
-def am_lm_batches(draw, max_frames=6, max_labels=4):
+def am_lm_batches(draw, num_frames=6, num_labels=4, vocab=6):
     """(am [B, T, V], lm [B, U+1, V], frame_lengths, labels, label_lengths,
-    blank) in float64, every utterance with at least one frame."""
-    batch = draw(st.integers(1, 3))
-    num_frames = draw(st.integers(1, max_frames))
-    num_labels = draw(st.integers(0, max_labels))
-    vocab = draw(st.integers(2, 6))
-    blank = draw(st.integers(0, vocab - 1))
+    blank) in float64, of fixed array shapes (one compile serves all
+    examples), every utterance with at least one frame."""
+    batch = 3
+    blank = draw(st.sampled_from([0, vocab - 1]))
     rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
     others = [v for v in range(vocab) if v != blank]
     return (
@@ -32,7 +30,7 @@ def am_lm_batches(draw, max_frames=6, max_labels=4):
     )
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(data=am_lm_batches())
 def test_simple_loss_is_the_full_loss_of_the_additive_joiner(data):
     am, lm, frame_lengths, labels, label_lengths, blank = data
@@ -56,7 +54,7 @@ def test_simple_loss_is_the_full_loss_of_the_additive_joiner(data):
     np.testing.assert_allclose(smoothed, simple(am, lm), rtol=1e-12)
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(data=am_lm_batches(), s_range=st.integers(2, 4))
 def test_ranges_hold_a_path_and_the_pruned_loss_at_full_range_is_the_full_loss(data, s_range):
     am, lm, frame_lengths, labels, label_lengths, blank = data

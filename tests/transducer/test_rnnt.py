@@ -13,16 +13,14 @@ from tests import oracles
 
 
 @st.composite
-def transducer_batches(draw, max_frames=4, max_labels=3):
+def transducer_batches(draw, num_frames=4, num_labels=3, vocab=5):
     """(logits float64 [B, T, U+1, V], frame_lengths, labels, label_lengths,
-    blank): padded batches, zero-length label sequences and blank != 0."""
-    batch = draw(st.integers(1, 3))
-    num_frames = draw(st.integers(1, max_frames))
-    num_labels = draw(st.integers(0, max_labels))
-    vocab = draw(st.integers(2, 5))
-    blank = draw(st.integers(0, vocab - 1))
-    seed = draw(st.integers(0, 2**31 - 1))
-    rng = np.random.default_rng(seed)
+    blank): padded batches of fixed array shapes (one compile serves all
+    examples) with random lengths, zero-length label sequences and blank
+    0 or V - 1."""
+    batch = 3
+    blank = draw(st.sampled_from([0, vocab - 1]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
     logits = rng.normal(scale=2.0, size=(batch, num_frames, num_labels + 1, vocab))
     others = [v for v in range(vocab) if v != blank]
     labels = rng.choice(others, size=(batch, num_labels))
@@ -37,7 +35,7 @@ def _entry(batch, b):
     return logits[b, :t, : u + 1], labels[b, :u]
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(batch=transducer_batches(), fastemit_lambda=st.sampled_from([0.0, 0.5]))
 def test_loss_and_gradient_match_enumeration(batch, fastemit_lambda):
     logits, frame_lengths, labels, label_lengths, blank = batch

@@ -107,28 +107,28 @@ def forward(blank: jax.Array, emit: jax.Array) -> Pair:
     return jnp.concatenate([alphas[0], last[0][None]]), jnp.concatenate([alphas[1], last[1][None]])
 
 
-def backward(blank: jax.Array, emit: jax.Array, end: jax.Array) -> Pair:
+def backward(blank: jax.Array, emit: jax.Array, is_end: jax.Array) -> Pair:
     """β on the skewed grid: the log-sum of the paths from each node to
     the end, [N, B, U+1], as compensated pairs (see `forward`).
 
     Args:
       blank, emit: as in `forward`, masked to each utterance's lengths.
-      end: [N, B, U+1], 0 at the end node (T_b, U_b) of each utterance,
-        -inf elsewhere: where the paths go.
+      is_end: bool [N, B, U+1], True at the end node (T_b, U_b) of each
+        utterance: where the paths go (β = 0 there; it has no move, so
+        setting it costs a `where`, not a third term in every ⊕).
     """
 
     def step(beta: Pair, moves: tuple[jax.Array, ...]) -> tuple[Pair, Pair]:
-        blank_n, emit_n, end_n = moves
+        blank_n, emit_n, is_end_n = moves
         by_blank = compensated.add(*beta, blank_n)
         by_label = compensated.add(*_pair_shifted(beta, _shift_left), emit_n)
-        here = compensated.log_sum_columns(
-            [by_blank[0], by_label[0], end_n],
-            [by_blank[1], by_label[1], jnp.zeros_like(end_n)],
-        )
+        hi, lo = compensated.log_sum_columns([by_blank[0], by_label[0]], [by_blank[1], by_label[1]])
+        here = (jnp.where(is_end_n, jnp.zeros_like(hi), hi), jnp.where(is_end_n, 0.0, lo))
         return here, here
 
-    start = (end[-1], jnp.zeros_like(end[-1]))
-    _, betas = jax.lax.scan(step, start, (blank[:-1], emit[:-1], end[:-1]), reverse=True)
+    last_hi = jnp.where(is_end[-1], 0.0, -jnp.inf).astype(blank.dtype)
+    start = (varying_like(blank, last_hi), jnp.zeros_like(last_hi))
+    _, betas = jax.lax.scan(step, start, (blank[:-1], emit[:-1], is_end[:-1]), reverse=True)
     return jnp.concatenate([betas[0], start[0][None]]), jnp.concatenate([betas[1], start[1][None]])
 
 

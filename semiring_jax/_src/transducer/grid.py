@@ -51,16 +51,16 @@ def lattice(
 
 
 def end_node(
-    skewed_shape: tuple[int, ...], frame_lengths: jax.Array, label_lengths: jax.Array, dtype: Any
+    skewed_shape: tuple[int, ...], frame_lengths: jax.Array, label_lengths: jax.Array
 ) -> jax.Array:
-    """0 at each utterance's end node (T_b, U_b) on the skewed grid, -inf elsewhere."""
+    """bool [N, B, U+1]: True at each utterance's end node (T_b, U_b) on the
+    skewed grid."""
     num_diagonals, _, num_positions = skewed_shape
     diagonal = jnp.arange(num_diagonals, dtype=jnp.int32)[:, None, None]
     position = jnp.arange(num_positions, dtype=jnp.int32)[None, None, :]
-    at_end = (diagonal == (frame_lengths + label_lengths)[None, :, None]) & (
+    return (diagonal == (frame_lengths + label_lengths)[None, :, None]) & (
         position == label_lengths[None, :, None]
     )
-    return jnp.where(at_end, jnp.zeros((), dtype), -jnp.inf)
 
 
 def at_nodes(skewed: jax.Array, diagonal: jax.Array, position: jax.Array) -> jax.Array:
@@ -109,7 +109,7 @@ def move_posteriors(
     """The posterior of the blank and of the label move out of each node,
     [B, T, U+1] each, from the skewed moves and α; 0 without a path."""
     blank_moves, emit_moves = moves
-    end = end_node(alpha[0].shape, frame_lengths, label_lengths, alpha[0].dtype)
+    end = end_node(alpha[0].shape, frame_lengths, label_lengths)
     beta = diagonal_scan.backward(blank_moves, emit_moves, end)
     total = log_likelihood(alpha, frame_lengths, label_lengths)
     blank_post = posterior(alpha, blank_moves, next_nodes(beta, False), total)

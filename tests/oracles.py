@@ -432,3 +432,51 @@ def brute_rnnt_align(logits, labels, blank=0):
             frames = [move - i for i, move in enumerate(sorted(emits))]
             best = (score, frames)
     return best[1], best[0]
+
+
+def numpy_rnnt(logits, labels, blank=0):
+    """(-log P, gradient w.r.t. the logits) of one utterance, logits
+    [T_b, U_b + 1, V], by the textbook α/β recursions in float64 numpy, node
+    by node (Graves 2012): a reference for grids too large to enumerate."""
+    logits = np.asarray(logits, np.float64)
+    num_frames, num_positions, _ = logits.shape
+    log_probs = logits - scipy_logsumexp(logits, axis=-1, keepdims=True)
+    blank_lp = log_probs[:, :, blank]
+    emit_lp = np.full((num_frames, num_positions), -np.inf)
+    for u, label in enumerate(labels):
+        emit_lp[:, u] = log_probs[:, u, label]
+    alpha = np.full((num_frames, num_positions), -np.inf)
+    beta = np.full((num_frames, num_positions), -np.inf)
+    for t in range(num_frames):
+        for u in range(num_positions):
+            if t == 0 and u == 0:
+                alpha[t, u] = 0.0
+                continue
+            terms = []
+            if t > 0:
+                terms.append(alpha[t - 1, u] + blank_lp[t - 1, u])
+            if u > 0:
+                terms.append(alpha[t, u - 1] + emit_lp[t, u - 1])
+            alpha[t, u] = np.logaddexp.reduce(terms)
+    for t in reversed(range(num_frames)):
+        for u in reversed(range(num_positions)):
+            if t == num_frames - 1 and u == num_positions - 1:
+                beta[t, u] = blank_lp[t, u]
+                continue
+            terms = []
+            if t < num_frames - 1:
+                terms.append(blank_lp[t, u] + beta[t + 1, u])
+            if u < num_positions - 1:
+                terms.append(emit_lp[t, u] + beta[t, u + 1])
+            beta[t, u] = np.logaddexp.reduce(terms)
+    log_likelihood = beta[0, 0]
+    next_frame = np.vstack([beta[1:], np.full((1, num_positions), -np.inf)])
+    next_frame[-1, -1] = 0.0  # the final blank leaves the grid
+    next_label = np.hstack([beta[:, 1:], np.full((num_frames, 1), -np.inf)])
+    blank_post = np.exp(alpha + blank_lp + next_frame - log_likelihood)
+    emit_post = np.exp(alpha + emit_lp + next_label - log_likelihood)
+    grad = np.exp(log_probs) * (blank_post + emit_post)[..., None]
+    grad[:, :, blank] -= blank_post
+    for u, label in enumerate(labels):
+        grad[:, u, label] -= emit_post[:, u]
+    return -log_likelihood, grad

@@ -216,3 +216,41 @@ def test_bad_inputs_are_named(change, message):
     args.update(change)
     with pytest.raises(ValueError, match=message):
         sj.rnnt_loss(**args, **keywords)
+
+
+def test_medium_grids_match_a_numpy_reference():
+    # Too many alignments to enumerate (C(39, 9) at T = 30, U = 9): the
+    # textbook node-by-node α/β recursions in numpy float64 instead.
+    rng = np.random.default_rng(8)
+    batch, num_frames, num_labels, vocab = 2, 30, 10, 7
+    logits = rng.normal(scale=2.0, size=(batch, num_frames, num_labels + 1, vocab))
+    labels = rng.integers(1, vocab, (batch, num_labels))
+    frame_lengths, label_lengths = np.array([30, 22]), np.array([9, 10])
+    value, grad = jax.value_and_grad(
+        lambda x: sj.rnnt_loss(x, frame_lengths, labels, label_lengths).sum()
+    )(jnp.asarray(logits))
+    losses = sj.rnnt_loss(logits, frame_lengths, labels, label_lengths)
+    for b in range(batch):
+        t, u = frame_lengths[b], label_lengths[b]
+        want_loss, want_grad = oracles.numpy_rnnt(logits[b, :t, : u + 1], labels[b, :u])
+        np.testing.assert_allclose(losses[b], want_loss, rtol=1e-12)
+        np.testing.assert_allclose(grad[b, :t, : u + 1], want_grad, atol=1e-12)
+        np.testing.assert_array_equal(grad[b, t:], 0.0)
+        np.testing.assert_array_equal(grad[b, :, u + 1 :], 0.0)
+    assert np.isfinite(value)
+
+
+def test_gradients_match_finite_differences():
+    from jax.test_util import check_grads
+
+    rng = np.random.default_rng(9)
+    logits = jnp.asarray(rng.normal(size=(2, 4, 3, 4)))
+    args = (np.array([4, 3]), np.array([[1, 2], [3, 1]]), np.array([2, 1]))
+    check_grads(lambda x: sj.rnnt_loss(x, *args), (logits,), order=1, modes=("rev",))
+    am, lm = jnp.asarray(rng.normal(size=(2, 4, 4))), jnp.asarray(rng.normal(size=(2, 3, 4)))
+    check_grads(
+        lambda a, b: sj.rnnt_loss_smoothed(a, b, *args, am_only_scale=0.1, delay_penalty=0.2),
+        (am, lm),
+        order=1,
+        modes=("rev",),
+    )

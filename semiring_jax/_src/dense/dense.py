@@ -72,18 +72,24 @@ def dtype_of(values: Any) -> np.dtype:
     return np.dtype(as_array(values, "values", "dtype_of").dtype)
 
 
-def check_emissions(emissions: Any, fn: str, name: str = "emissions") -> jax.Array:
-    """`emissions` as a float [B, T, V] array; a ValueError otherwise."""
-    emissions = as_array(emissions, name, fn)
-    if np.ndim(emissions) != 3:
+def check_float_array(values: Any, rank: int, shape: str, name: str, fn: str) -> jax.Array:
+    """`values` as a float array of `rank` (its axes described by `shape`,
+    e.g. "[B, T, V]"); a ValueError otherwise."""
+    values = as_array(values, name, fn)
+    if np.ndim(values) != rank:
         raise ValueError(
-            f"{fn}: {name} must have rank 3, [B, T, V], got shape {tuple(np.shape(emissions))}"
+            f"{fn}: {name} must have rank {rank}, {shape}, got shape {tuple(np.shape(values))}"
         )
-    dtype = dtype_of(emissions)
+    dtype = dtype_of(values)
     if not np.issubdtype(dtype, np.floating):
         raise ValueError(f"{fn}: {name} must be float32 or float64, got {dtype}")
     checks.check_float_dtype(dtype, name, fn)
-    return jnp.asarray(emissions)
+    return jnp.asarray(values)
+
+
+def check_emissions(emissions: Any, fn: str, name: str = "emissions") -> jax.Array:
+    """`emissions` as a float [B, T, V] array; a ValueError otherwise."""
+    return check_float_array(emissions, 3, "[B, T, V]", name, fn)
 
 
 def check_lengths(

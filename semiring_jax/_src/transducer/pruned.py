@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from semiring_jax._src.core import checks
 from semiring_jax._src.dense.ctc import check_labels
-from semiring_jax._src.dense.dense import as_array, check_lengths, dtype_of
+from semiring_jax._src.dense.dense import as_array, check_float_array, check_lengths, dtype_of
 from semiring_jax._src.transducer import diagonal_scan, grid
 
 __all__ = [
@@ -39,19 +39,6 @@ __all__ = [
 ]
 
 
-def _check_float(values: npt.ArrayLike, rank: int, shape: str, name: str, fn: str) -> jax.Array:
-    values = as_array(values, name, fn)
-    if np.ndim(values) != rank:
-        raise ValueError(
-            f"{fn}: {name} must have rank {rank}, {shape}, got shape {tuple(np.shape(values))}"
-        )
-    dtype = dtype_of(values)
-    if not np.issubdtype(dtype, np.floating):
-        raise ValueError(f"{fn}: {name} must be float32 or float64, got {dtype}")
-    checks.check_float_dtype(dtype, name, fn)
-    return jnp.asarray(values)
-
-
 def _check_am_lm(
     am: npt.ArrayLike,
     lm: npt.ArrayLike,
@@ -61,8 +48,8 @@ def _check_am_lm(
     blank: Any,
     fn: str,
 ) -> tuple[jax.Array, ...]:
-    am = _check_float(am, 3, "[B, T, V]", "am", fn)
-    lm = _check_float(lm, 3, "[B, U+1, V]", "lm", fn)
+    am = check_float_array(am, 3, "[B, T, V]", "am", fn)
+    lm = check_float_array(lm, 3, "[B, U+1, V]", "lm", fn)
     batch, num_frames, vocab = am.shape
     if lm.shape[0] != batch or lm.shape[2] != vocab or lm.dtype != am.dtype:
         raise ValueError(
@@ -421,8 +408,8 @@ def rnnt_prune(
       ((1, 3, 2, 5), 5.0)
     """
     fn = "rnnt_prune"
-    am = _check_float(am, 3, "[B, T, C]", "am", fn)
-    lm = _check_float(lm, 3, "[B, U+1, C]", "lm", fn)
+    am = check_float_array(am, 3, "[B, T, C]", "am", fn)
+    lm = check_float_array(lm, 3, "[B, U+1, C]", "lm", fn)
     ranges = _check_ranges(ranges, am.shape[0], am.shape[1], fn)
     if lm.shape[0] != am.shape[0] or lm.shape[2] != am.shape[2]:
         raise ValueError(f"{fn}: lm {lm.shape} does not match am {am.shape}: expected [B, U+1, C]")
@@ -497,7 +484,7 @@ def rnnt_loss_pruned(
       [0.0741]
     """
     fn = "rnnt_loss_pruned"
-    logits = _check_float(logits, 4, "[B, T, s_range, V]", "logits", fn)
+    logits = check_float_array(logits, 4, "[B, T, s_range, V]", "logits", fn)
     batch, num_frames, s_range, vocab = logits.shape
     frame_lengths = check_lengths(frame_lengths, batch, num_frames, fn, "frame_lengths", "T")
     labels, label_lengths = check_labels(labels, label_lengths, batch, vocab, blank, fn)

@@ -24,30 +24,15 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import numpy.typing as npt
 
-from semiring_jax._src.core import checks
 from semiring_jax._src.dense.ctc import check_labels
-from semiring_jax._src.dense.dense import as_array, check_lengths, dtype_of
+from semiring_jax._src.dense.dense import check_float_array, check_lengths
 from semiring_jax._src.transducer import diagonal_scan, grid
 
 __all__ = ["rnnt_align", "rnnt_loss"]
 
 Pair = tuple[jax.Array, jax.Array]
-
-
-def _check_logits(logits: npt.ArrayLike, fn: str, name: str = "logits") -> jax.Array:
-    logits = as_array(logits, name, fn)
-    if np.ndim(logits) != 4:
-        raise ValueError(
-            f"{fn}: {name} must have rank 4, [B, T, U+1, V], got shape {tuple(np.shape(logits))}"
-        )
-    dtype = dtype_of(logits)
-    if not np.issubdtype(dtype, np.floating):
-        raise ValueError(f"{fn}: {name} must be float32 or float64, got {dtype}")
-    checks.check_float_dtype(dtype, name, fn)
-    return jnp.asarray(logits)
 
 
 def _check_inputs(
@@ -58,7 +43,7 @@ def _check_inputs(
     blank: Any,
     fn: str,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    logits = _check_logits(logits, fn)
+    logits = check_float_array(logits, 4, "[B, T, U+1, V]", "logits", fn)
     batch, num_frames, num_positions, vocab_size = logits.shape
     frame_lengths = check_lengths(frame_lengths, batch, num_frames, fn, "frame_lengths", "T")
     labels, label_lengths = check_labels(labels, label_lengths, batch, vocab_size, blank, fn)

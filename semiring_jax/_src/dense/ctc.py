@@ -37,7 +37,7 @@ from semiring_jax._src.dense.dense import (
 from semiring_jax._src.dense.frame_scan import Slots
 from semiring_jax._src.kernels import ctc_ops
 
-__all__ = ["check_labels", "ctc_graph", "ctc_loss", "ctc_topo", "forced_align"]
+__all__ = ["check_int", "check_labels", "ctc_graph", "ctc_loss", "ctc_topo", "forced_align"]
 
 # (input_lengths [B], labels [B, U], label_lengths [B])
 Lengths = tuple[jax.Array, jax.Array, jax.Array]
@@ -45,7 +45,7 @@ Lengths = tuple[jax.Array, jax.Array, jax.Array]
 _INT32_MAX = int(np.iinfo(np.int32).max)
 
 
-def _check_int(value: Any, name: str, fn: str) -> int:
+def check_int(value: Any, name: str, fn: str) -> int:
     """`value` as a Python int: a Python or numpy integer (a 0-d integer
     array too), not a bool, a float or a traced value."""
     if isinstance(value, (bool, np.bool_)):
@@ -63,7 +63,7 @@ def _check_int(value: Any, name: str, fn: str) -> int:
 
 def _check_blank(blank: Any, vocab_size: int | None, fn: str) -> int:
     """The blank as an int in [0, V) ([0, 2**31) without a V)."""
-    blank = _check_int(blank, "blank", fn)
+    blank = check_int(blank, "blank", fn)
     if vocab_size is None:
         if not 0 <= blank <= _INT32_MAX:
             raise ValueError(f"{fn}: blank = {blank} is outside [0, 2**31 - 1]; tokens are int32")
@@ -107,10 +107,10 @@ def ctc_topo(
       >>> sj.ctc_topo(3, modified=True).num_arcs
       9
     """
-    vocab_size = _check_int(vocab_size, "vocab_size", "ctc_topo")
+    vocab_size = check_int(vocab_size, "vocab_size", "ctc_topo")
     if vocab_size < 1:
         raise ValueError(f"ctc_topo: vocab_size must be at least 1, got {vocab_size}")
-    blank = _check_int(blank, "blank", "ctc_topo")
+    blank = check_int(blank, "blank", "ctc_topo")
     if not 0 <= blank < vocab_size:
         raise ValueError(
             f"ctc_topo: blank = {blank} is outside [0, vocab_size) = [0, {vocab_size})"

@@ -47,6 +47,7 @@ __all__ = [
     "parts_of",
     "placeholder",
     "trimmed_fsa",
+    "weights_on_host",
 ]
 
 
@@ -195,6 +196,14 @@ def trimmed_fsa(
     )
     kept = structure.trimmed(result, sources, useful=useful)
     return from_sources(kept, values, sources.zero)
+
+
+def weights_on_host(fsa: Fsa, semiring: Any) -> bool:
+    """Whether an op computes `fsa`'s result weights in numpy: they are
+    concrete (nothing to differentiate, no device round trip) and the
+    semiring declares LOG's or TROPICAL's `arithmetic`."""
+    weights = (fsa.weight, fsa.final_weight)
+    return semiring.arithmetic is not None and not any(checks.is_traced(w) for w in weights)
 
 
 def check_operands(operands: Sequence[Fsa], fn: str, same_kind: bool = True) -> None:

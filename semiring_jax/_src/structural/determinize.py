@@ -17,10 +17,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from semiring_jax._src.core import checks
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.semiring import LOG, Semiring
-from semiring_jax._src.structural.arc_map import check_operands, map_entries, parts_of, trimmed_fsa
+from semiring_jax._src.structural.arc_map import (
+    check_operands,
+    map_entries,
+    parts_of,
+    trimmed_fsa,
+    weights_on_host,
+)
 from semiring_jax._src.structural.host import plus
 from semiring_jax._src.structural.host import subsets as host_determinize
 
@@ -161,9 +166,8 @@ def determinize(fsa: Fsa, semiring: Semiring = LOG, *, max_states: int = 100_000
         ) from None
     real = np.flatnonzero(np.asarray(fsa.arc_mask))
     weights: tuple[Any, Any]
-    if semiring.arithmetic is not None and not any(
-        checks.is_traced(leaf) for leaf in (fsa.weight, fsa.final_weight)
-    ):
+    if weights_on_host(fsa, semiring):
+        assert semiring.arithmetic is not None  # see `weights_on_host`
         weights = _host_weights(tables, fsa, real, semiring.arithmetic)
     else:
         weights = _traced_weights(tables, fsa, real, semiring)

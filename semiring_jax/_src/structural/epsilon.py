@@ -11,7 +11,6 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from semiring_jax._src.core import checks
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.semiring import LOG, Semiring
 from semiring_jax._src.scores.tot_score import forward_scores
@@ -21,6 +20,7 @@ from semiring_jax._src.structural.arc_map import (
     parts_of,
     placeholder,
     trimmed_fsa,
+    weights_on_host,
 )
 from semiring_jax._src.structural.host import epsilon_closure, plus
 
@@ -80,7 +80,7 @@ def remove_epsilon(fsa: Fsa, semiring: Semiring = LOG) -> Fsa:
         fsa.is_acceptor,
         tables.useful,
     )
-    if _on_host(fsa, semiring):
+    if weights_on_host(fsa, semiring):
         return result(*_host_weights(tables, np.asarray(fsa.weight)[real], fsa, semiring))
     weight = jnp.asarray(fsa.weight)[real]
     # Epsilon-closure weights d(p, q): forward scores of the pair graph.
@@ -108,14 +108,6 @@ def remove_epsilon(fsa: Fsa, semiring: Semiring = LOG) -> Fsa:
     return result(arc_weight, final_weight)
 
 
-def _on_host(fsa: Fsa, semiring: Semiring) -> bool:
-    """Whether the weights are computed in numpy: concrete weights (nothing
-    to differentiate, no device round trip) in a semiring with LOG's or
-    TROPICAL's arithmetic (its `arithmetic` field)."""
-    weights = (fsa.weight, fsa.final_weight)
-    return semiring.arithmetic is not None and not any(checks.is_traced(leaf) for leaf in weights)
-
-
 def _host_weights(
     tables: epsilon_closure.EpsilonRemoval, weight: np.ndarray, fsa: Fsa, semiring: Semiring
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -123,7 +115,7 @@ def _host_weights(
     level by level of the pair graph, each pair once its level is reached,
     with the same tables as the level scan."""
     arithmetic = semiring.arithmetic
-    assert arithmetic is not None  # see `_on_host`
+    assert arithmetic is not None  # see `weights_on_host`
     num_tree = tables.num_tree
     closure = np.full(tables.num_pairs + 1, -np.inf)  # pair P: none
     step = tables.pair_arc >= 0  # the tree's arcs (weight one) reach the pairs (p, p)

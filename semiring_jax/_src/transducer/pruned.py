@@ -17,7 +17,6 @@ autodiff carries it through each loss's own gathers.
 from __future__ import annotations
 
 import functools
-import operator
 from typing import Any
 
 import jax
@@ -26,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from semiring_jax._src.core import checks
-from semiring_jax._src.dense.ctc import check_labels
+from semiring_jax._src.dense.ctc import check_int, check_labels
 from semiring_jax._src.dense.dense import as_array, check_float_array, check_lengths, dtype_of
 from semiring_jax._src.transducer import diagonal_scan, grid
 
@@ -362,12 +361,7 @@ def rnnt_prune_ranges(
 
 
 def _check_s_range(s_range: Any, fn: str) -> int:
-    if isinstance(s_range, (bool, np.bool_)):
-        raise ValueError(f"{fn}: s_range must be an int, got bool {s_range!r}")
-    try:
-        value = operator.index(s_range)
-    except TypeError:
-        raise ValueError(f"{fn}: s_range must be an int, got {s_range!r}") from None
+    value = check_int(s_range, "s_range", fn)
     if value < 2:
         raise ValueError(f"{fn}: s_range must be >= 2 (a window must hold a path), got {value}")
     return value

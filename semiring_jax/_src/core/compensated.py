@@ -37,8 +37,10 @@ import jax.numpy as jnp
 
 __all__ = [
     "add",
+    "add_below_inf",
     "add_pairs",
     "exp_difference",
+    "log_add_below_inf",
     "log_sum_columns",
     "log_sum_pair",
     "log_total",
@@ -84,6 +86,35 @@ def add(hi: jax.Array, lo: jax.Array, value: jax.Array) -> Pair:
     """(hi + lo) ⊗ value, as a normalised pair."""
     total, error = two_sum(hi, value)
     return _normalise(total, lo + error)
+
+
+def _plain_two_sum(a: jax.Array, b: jax.Array) -> Pair:
+    """TwoSum without `times`'s infinity handling: for a, b < +inf."""
+    total = a + b
+    b_part = total - a
+    error = (a - (total - b_part)) + (b - b_part)
+    return total, _finite_or_zero(error, total)
+
+
+def add_below_inf(hi: jax.Array, lo: jax.Array, value: jax.Array) -> Pair:
+    """(hi + lo) + value for a pair and a value < +inf (a score and a
+    log-probability): `add` without its +inf handling and its final
+    normalisation (lo stays within a few ulps of hi), about half the work,
+    for the transducer's scans, whose every step does it per node."""
+    total, error = _plain_two_sum(hi, value)
+    return total, lo + error
+
+
+def log_add_below_inf(a: Pair, b: Pair) -> Pair:
+    """log(exp(a) + exp(b)) of two pairs < +inf (`log_sum_columns` of two
+    columns, without its lexicographic top and +inf handling): -inf where
+    both are, NaN where either is."""
+    top = jnp.maximum(a[0], b[0])
+    safe = jnp.where(top == -jnp.inf, jnp.zeros_like(top), top)
+    # The larger hi less safe is 0, the other exact where it matters
+    # (Sterbenz); each lo is a few ulps, added to an O(1) exponent.
+    total = jnp.exp((a[0] - safe) + a[1]) + jnp.exp((b[0] - safe) + b[1])
+    return _plain_two_sum(safe, jnp.log(total))
 
 
 def add_pairs(a: Pair, b: Pair) -> Pair:

@@ -1,7 +1,9 @@
-"""The transducer grid of move log-probs: masks, skewed layout, α at the
-end, move posteriors, and the negative log-likelihood with its gradient.
+"""The transducer grid of move log-probs over a band: masks, skewed layout,
+α at the end, move posteriors, and the negative log-likelihood with its
+gradient.
 
-Every transducer loss here reduces to two [B, T, U+1] arrays, the
+Every transducer loss here reduces to two [B, T, W] arrays over a band
+(`transducer/band.py`: the full grid, or the pruned loss's ranges), the
 log-probs of the blank move and of the label move out of each node (-inf
 where there is none), and lengths: `rnnt_loss` gathers them from the
 joiner's full logits, the simple and smoothed losses from `am` + `lm`, the
@@ -19,21 +21,33 @@ import jax
 import jax.numpy as jnp
 
 from semiring_jax._src.core import compensated
+from semiring_jax._src.transducer import band as bands
 from semiring_jax._src.transducer import diagonal_scan
+from semiring_jax._src.transducer.band import Band
+from semiring_jax._src.transducer.diagonal_scan import Scores
 
-__all__ = ["lattice", "lattice_nll", "log_likelihood", "masks", "move_posteriors"]
+__all__ = [
+    "end_node",
+    "lattice",
+    "lattice_nll",
+    "log_likelihood",
+    "masks",
+    "move_posteriors",
+    "start",
+]
 
 Pair = tuple[jax.Array, jax.Array]
 
 
 def masks(
-    shape: tuple[int, ...], frame_lengths: jax.Array, label_lengths: jax.Array
+    band: Band, shape: tuple[int, ...], frame_lengths: jax.Array, label_lengths: jax.Array
 ) -> tuple[jax.Array, jax.Array]:
-    """Which nodes (t, u) of each utterance's grid have a blank move and
-    which a label move (bool [B, T, U+1]): t < T_b and u <= U_b, resp. u < U_b."""
-    _, num_frames, num_positions = shape
+    """Which cells (t, k) of a [B, T, W] band array have a blank move and
+    which a label move (bool [B, T, W]): t < T_b and u <= U_b, resp.
+    u < U_b, for the cell's position u = s_t + k."""
+    num_frames = shape[1]
     frame = jnp.arange(num_frames, dtype=jnp.int32)[None, :, None]
-    position = jnp.arange(num_positions, dtype=jnp.int32)[None, None, :]
+    position = bands.positions(band, num_frames)
     in_frames = frame < frame_lengths[:, None, None]
     has_blank = in_frames & (position <= label_lengths[:, None, None])
     has_label = in_frames & (position < label_lengths[:, None, None])
@@ -41,110 +55,148 @@ def masks(
 
 
 def lattice(
-    blank_lp: jax.Array, emit_lp: jax.Array, frame_lengths: jax.Array, label_lengths: jax.Array
+    band: Band,
+    blank_lp: jax.Array,
+    emit_lp: jax.Array,
+    frame_lengths: jax.Array,
+    label_lengths: jax.Array,
 ) -> tuple[jax.Array, jax.Array]:
-    """The skewed move log-probs, -inf outside each utterance's grid."""
-    has_blank, has_label = masks(blank_lp.shape, frame_lengths, label_lengths)
-    blank = diagonal_scan.skew(jnp.where(has_blank, blank_lp, -jnp.inf), -jnp.inf)
-    emit = diagonal_scan.skew(jnp.where(has_label, emit_lp, -jnp.inf), -jnp.inf)
+    """The skewed move log-probs [N, B, W], -inf outside each utterance's grid."""
+    has_blank, has_label = masks(band, blank_lp.shape, frame_lengths, label_lengths)
+    blank = bands.skew(band, jnp.where(has_blank, blank_lp, -jnp.inf), -jnp.inf)
+    emit = bands.skew(band, jnp.where(has_label, emit_lp, -jnp.inf), -jnp.inf)
     return blank, emit
 
 
-def end_node(
-    skewed_shape: tuple[int, ...], frame_lengths: jax.Array, label_lengths: jax.Array
-) -> jax.Array:
-    """bool [N, B, U+1]: True at each utterance's end node (T_b, U_b) on the
-    skewed grid."""
-    num_diagonals, _, num_positions = skewed_shape
+def start(band: Band, dtype: Any) -> jax.Array:
+    """α on diagonal 0, [B, W]: 0 at cell k = 0 where it is node (0, 0)."""
+    first = band.valid[0] & (jnp.arange(band.width) == 0)[None, :]
+    return jnp.where(first, 0.0, -jnp.inf).astype(dtype)
+
+
+def _end_position(band: Band, frame_lengths: jax.Array, label_lengths: jax.Array) -> jax.Array:
+    """The position k of each utterance's end node (T_b, U_b) on its
+    diagonal T_b + U_b (may lie outside [0, W): no path)."""
+    if band.starts is None:
+        return label_lengths
+    return label_lengths - jnp.take_along_axis(band.starts, frame_lengths[:, None], axis=1)[:, 0]
+
+
+def end_node(band: Band, frame_lengths: jax.Array, label_lengths: jax.Array) -> jax.Array:
+    """bool [N, B, W]: True at each utterance's end node (T_b, U_b)."""
+    num_diagonals = band.frame.shape[0]
     diagonal = jnp.arange(num_diagonals, dtype=jnp.int32)[:, None, None]
-    position = jnp.arange(num_positions, dtype=jnp.int32)[None, None, :]
-    return (diagonal == (frame_lengths + label_lengths)[None, :, None]) & (
-        position == label_lengths[None, :, None]
+    position = jnp.arange(band.width, dtype=jnp.int32)[None, None, :]
+    at_end = (diagonal == (frame_lengths + label_lengths)[None, :, None]) & (
+        position == _end_position(band, frame_lengths, label_lengths)[None, :, None]
     )
+    return at_end & band.valid
 
 
-def at_nodes(skewed: jax.Array, diagonal: jax.Array, position: jax.Array) -> jax.Array:
+def _at_nodes(skewed: jax.Array, diagonal: jax.Array, position: jax.Array) -> jax.Array:
     """skewed[diagonal[b], b, position[b]] [B], gathered within each batch
     entry (batch-aligned gathers keep a batch sharded: no collective)."""
-    by_batch = jnp.moveaxis(skewed, 1, 0)  # [B, N, U+1]
+    by_batch = jnp.moveaxis(skewed, 1, 0)  # [B, N, W]
     rows = jnp.take_along_axis(by_batch, diagonal[:, None, None], axis=1)[:, 0]
     return jnp.take_along_axis(rows, position[:, None], axis=1)[:, 0]
 
 
-def log_likelihood(alpha: Pair, frame_lengths: jax.Array, label_lengths: jax.Array) -> Pair:
+def log_likelihood(
+    band: Band, alpha: Scores, frame_lengths: jax.Array, label_lengths: jax.Array
+) -> Pair:
     """α at each utterance's end node (T_b, U_b): its log-likelihood [B] as
-    a pair; -inf without frames (a path ends with a blank from frame T_b - 1)."""
-    hi, lo = (at_nodes(x, frame_lengths + label_lengths, label_lengths) for x in alpha)
-    has_frames = frame_lengths > 0
-    return jnp.where(has_frames, hi, -jnp.inf), jnp.where(has_frames, lo, 0.0)
+    a pair; -inf without frames (a path ends with a blank from frame
+    T_b - 1) or where the band leaves out the end node."""
+    diagonal = frame_lengths + label_lengths
+    position = _end_position(band, frame_lengths, label_lengths)
+    in_band = (position >= 0) & (position < band.width)
+    position = jnp.clip(position, 0, band.width - 1)
+    hi, lo = (_at_nodes(x, diagonal, position) for x in alpha)
+    has_path = (frame_lengths > 0) & in_band
+    return jnp.where(has_path, hi, -jnp.inf), jnp.where(has_path, lo, 0.0)
 
 
-def posterior(alpha: Pair, move: jax.Array, beta: Pair, total: Pair) -> jax.Array:
-    """exp(α + move + β - log P) [N, B, U+1], from pairs; 0 without a path."""
-    hi, lo = compensated.add(*compensated.add_pairs(alpha, beta), move)
+def _posterior(alpha: Scores, move: jax.Array, beta_next: Scores, total: Pair) -> jax.Array:
+    """exp(α + move + β(successor) - log P) [N, B, W], from pairs; 0
+    without a path."""
+    hi, lo = compensated.add(*compensated.add_pairs(alpha, beta_next), move)
     shape = (1, total[0].shape[0], 1)
     return compensated.exp_difference(hi, lo, total[0].reshape(shape), total[1].reshape(shape))
 
 
-def next_nodes(pair: Pair, label: bool) -> Pair:
-    """A skewed pair's value at each node's blank successor (t + 1, u), or
-    with `label` its label successor (t, u + 1): both one diagonal on."""
-    hi, lo = (
-        jnp.concatenate([x[1:], jnp.full_like(x[:1], fill)])
-        for x, fill in zip(pair, (-jnp.inf, 0.0))
-    )
-    if label:
-        hi = jnp.concatenate([hi[..., 1:], jnp.full_like(hi[..., :1], -jnp.inf)], axis=-1)
-        lo = jnp.concatenate([lo[..., 1:], jnp.zeros_like(lo[..., :1])], axis=-1)
-    return hi, lo
-
-
 def move_posteriors(
+    band: Band,
     moves: tuple[jax.Array, jax.Array],
-    alpha: Pair,
+    alpha: Scores,
     frame_lengths: jax.Array,
     label_lengths: jax.Array,
     num_frames: int,
 ) -> tuple[jax.Array, jax.Array]:
-    """The posterior of the blank and of the label move out of each node,
-    [B, T, U+1] each, from the skewed moves and α; 0 without a path."""
+    """The posterior of the blank and of the label move out of each cell,
+    [B, T, W] each, from the skewed moves and α; 0 without a path."""
     blank_moves, emit_moves = moves
-    end = end_node(alpha[0].shape, frame_lengths, label_lengths)
-    beta = diagonal_scan.backward(blank_moves, emit_moves, end)
-    total = log_likelihood(alpha, frame_lengths, label_lengths)
-    blank_post = posterior(alpha, blank_moves, next_nodes(beta, False), total)
-    emit_post = posterior(alpha, emit_moves, next_nodes(beta, True), total)
-    return diagonal_scan.unskew(blank_post, num_frames), diagonal_scan.unskew(emit_post, num_frames)
+    is_end = end_node(band, frame_lengths, label_lengths)
+    beta = diagonal_scan.backward(blank_moves, emit_moves, is_end, band.blank_to)
+    total = log_likelihood(band, alpha, frame_lengths, label_lengths)
+    after_blank = diagonal_scan.following(beta, band.blank_to, label=False)
+    after_label = diagonal_scan.following(beta, band.blank_to, label=True)
+    blank_post = _posterior(alpha, blank_moves, after_blank, total)
+    emit_post = _posterior(alpha, emit_moves, after_label, total)
+    return (
+        bands.unskew(band, blank_post, num_frames),
+        bands.unskew(band, emit_post, num_frames),
+    )
+
+
+def forward(
+    band: Band,
+    blank_lp: jax.Array,
+    emit_lp: jax.Array,
+    frame_lengths: jax.Array,
+    label_lengths: jax.Array,
+) -> tuple[Pair, tuple[tuple[jax.Array, jax.Array], Scores]]:
+    """(log-likelihood [B] as a pair, (the skewed moves, α)) of a band's
+    move log-probs [B, T, W]."""
+    moves = lattice(band, blank_lp, emit_lp, frame_lengths, label_lengths)
+    alpha = diagonal_scan.forward(*moves, start(band, blank_lp.dtype), band.blank_from)
+    return log_likelihood(band, alpha, frame_lengths, label_lengths), (moves, alpha)
 
 
 @jax.custom_vjp
 def lattice_nll(
-    blank_lp: jax.Array, emit_lp: jax.Array, frame_lengths: jax.Array, label_lengths: jax.Array
+    blank_lp: jax.Array,
+    emit_lp: jax.Array,
+    frame_lengths: jax.Array,
+    label_lengths: jax.Array,
+    band: Band,
 ) -> jax.Array:
-    """-log of the sum over the grid's paths [B], from the blank and label
-    move log-probs [B, T, U+1] (read only inside each utterance's grid);
+    """-log of the sum over the band's paths [B], from the blank and label
+    move log-probs [B, T, W] (read only inside each utterance's grid);
     +inf without a path. Its gradient is minus the moves' posteriors."""
-    return _lattice_forward(blank_lp, emit_lp, frame_lengths, label_lengths)[0]
+    return _lattice_forward(blank_lp, emit_lp, frame_lengths, label_lengths, band)[0]
 
 
 def _lattice_forward(
-    blank_lp: jax.Array, emit_lp: jax.Array, frame_lengths: jax.Array, label_lengths: jax.Array
+    blank_lp: jax.Array,
+    emit_lp: jax.Array,
+    frame_lengths: jax.Array,
+    label_lengths: jax.Array,
+    band: Band,
 ) -> tuple[jax.Array, Any]:
-    moves = lattice(blank_lp, emit_lp, frame_lengths, label_lengths)
-    alpha = diagonal_scan.forward(*moves)
-    hi, lo = log_likelihood(alpha, frame_lengths, label_lengths)
-    return -(hi + lo), (moves, alpha, frame_lengths, label_lengths)
+    (hi, lo), (moves, alpha) = forward(band, blank_lp, emit_lp, frame_lengths, label_lengths)
+    return -(hi + lo), (moves, alpha, frame_lengths, label_lengths, band)
 
 
 def _lattice_backward(residuals: Any, cotangent: jax.Array) -> Any:
-    moves, alpha, frame_lengths, label_lengths = residuals
-    num_frames = moves[0].shape[0] - moves[0].shape[2]
-    blank_post, emit_post = move_posteriors(moves, alpha, frame_lengths, label_lengths, num_frames)
-    has_blank, has_label = masks(blank_post.shape, frame_lengths, label_lengths)
+    moves, alpha, frame_lengths, label_lengths, band = residuals
+    blank_post, emit_post = move_posteriors(
+        band, moves, alpha, frame_lengths, label_lengths, band.num_frames
+    )
+    has_blank, has_label = masks(band, blank_post.shape, frame_lengths, label_lengths)
     scale = -cotangent[:, None, None]
     blank_grad = jnp.where(has_blank, blank_post * scale, 0.0)
     emit_grad = jnp.where(has_label, emit_post * scale, 0.0)
-    return blank_grad, emit_grad, None, None
+    return blank_grad, emit_grad, None, None, None
 
 
 lattice_nll.defvjp(_lattice_forward, _lattice_backward)

@@ -27,7 +27,9 @@ import numpy.typing as npt
 from semiring_jax._src.core import checks
 from semiring_jax._src.dense.ctc import check_int, check_labels
 from semiring_jax._src.dense.dense import as_array, check_float_array, check_lengths, dtype_of
-from semiring_jax._src.transducer import diagonal_scan, grid
+from semiring_jax._src.transducer import band as bands
+from semiring_jax._src.transducer import fused, grid
+from semiring_jax._src.transducer.band import Band
 
 __all__ = [
     "rnnt_loss_pruned",
@@ -66,13 +68,17 @@ def _check_am_lm(
 
 
 def _delay_penalty(emit_lp: jax.Array, frame_lengths: jax.Array, delay_penalty: float) -> Any:
-    """k2's delay penalty: delay_penalty * ((T_b - 1) / 2 - t) added to every
-    label move at frame t (nothing for a penalty <= 0)."""
-    if delay_penalty <= 0.0:
-        return emit_lp
-    frame = jnp.arange(emit_lp.shape[1], dtype=emit_lp.dtype)[None, :, None]
-    offset = ((frame_lengths.astype(emit_lp.dtype) - 1) / 2)[:, None, None]
-    return emit_lp + delay_penalty * (offset - frame)
+    """k2's delay penalty on the label moves [B, T, U+1] (`fused.delay_offset`)."""
+    offset = fused.delay_offset(emit_lp.shape[1], frame_lengths, delay_penalty, emit_lp.dtype)
+    return emit_lp + offset
+
+
+def _full_nll(
+    blank_lp: jax.Array, emit_lp: jax.Array, frame_lengths: jax.Array, label_lengths: jax.Array
+) -> jax.Array:
+    """`grid.lattice_nll` of move log-probs [B, T, U+1] over the full grid."""
+    band = bands.full_grid(*blank_lp.shape)
+    return grid.lattice_nll(blank_lp, emit_lp, frame_lengths, label_lengths, band)
 
 
 def _label_columns(values: jax.Array, labels: jax.Array) -> jax.Array:
@@ -123,7 +129,7 @@ def _simple_loss(
 ) -> jax.Array:
     blank_lp, emit_lp = _simple_moves(am, lm, labels, blank)
     emit_lp = _delay_penalty(emit_lp, frame_lengths, delay_penalty)
-    return grid.lattice_nll(blank_lp, emit_lp, frame_lengths, label_lengths)
+    return _full_nll(blank_lp, emit_lp, frame_lengths, label_lengths)
 
 
 def rnnt_loss_simple(
@@ -218,7 +224,7 @@ def _smoothed_loss(
 ) -> jax.Array:
     blank_lp, emit_lp = _smoothed_moves(am, lm, labels, blank, lm_only_scale, am_only_scale)
     emit_lp = _delay_penalty(emit_lp, frame_lengths, delay_penalty)
-    return grid.lattice_nll(blank_lp, emit_lp, frame_lengths, label_lengths)
+    return _full_nll(blank_lp, emit_lp, frame_lengths, label_lengths)
 
 
 def rnnt_loss_smoothed(
@@ -290,10 +296,10 @@ def _prune_ranges(
     blank: int,
 ) -> jax.Array:
     blank_lp, emit_lp = _simple_moves(am, lm, labels, blank)
-    moves = grid.lattice(blank_lp, emit_lp, frame_lengths, label_lengths)
-    alpha = diagonal_scan.forward(*moves)
+    band = bands.full_grid(*blank_lp.shape)
+    _, (moves, alpha) = grid.forward(band, blank_lp, emit_lp, frame_lengths, label_lengths)
     blank_post, emit_post = grid.move_posteriors(
-        moves, alpha, frame_lengths, label_lengths, am.shape[1]
+        band, moves, alpha, frame_lengths, label_lengths, am.shape[1]
     )
     num_positions = blank_post.shape[2]
     starts = num_positions - s_range + 1
@@ -414,6 +420,32 @@ def rnnt_prune(
     return am_pruned, lm_pruned
 
 
+def _pruned_band(
+    ranges: jax.Array, frame_lengths: jax.Array, num_positions: int
+) -> tuple[Band, jax.Array]:
+    """The band of the kept positions, and whether each utterance's ranges
+    make one (bool [B]): consecutive positions, starts >= 0 that do not
+    decrease over its frames. Frames from T_b on (and the end row) keep
+    the start of frame T_b - 1; starts that fall are raised (the layout
+    needs that), and the utterance is marked."""
+    _, num_frames, width = ranges.shape
+    starts = ranges[:, :, 0]
+    frame = jnp.arange(num_frames, dtype=jnp.int32)[None, :]
+    real = frame < frame_lengths[:, None]
+    last_frame = jnp.clip(frame_lengths - 1, 0, num_frames - 1)[:, None]
+    last = jnp.take_along_axis(starts, last_frame, axis=1)
+    starts = jnp.concatenate([jnp.where(real, starts, last), last], axis=1)  # [B, T + 1]
+    consecutive = ranges == ranges[:, :, :1] + jnp.arange(width, dtype=jnp.int32)[None, None, :]
+    rising = jnp.diff(starts, axis=1) >= 0  # the padded frames repeat: no fall there
+    ok = (
+        jnp.all(consecutive | ~real[..., None], axis=(1, 2))
+        & jnp.all(rising, axis=1)
+        & jnp.all((starts >= 0) | ~jnp.pad(real, ((0, 0), (0, 1))), axis=1)
+    )
+    starts = jax.lax.cummax(jnp.maximum(starts, 0), axis=1)
+    return bands.from_starts(starts, num_positions, width), ok
+
+
 @functools.partial(jax.jit, static_argnames=("blank", "delay_penalty"))
 def _pruned_loss(
     logits: jax.Array,
@@ -424,22 +456,37 @@ def _pruned_loss(
     blank: int,
     delay_penalty: float,
 ) -> jax.Array:
-    batch, num_frames, _, _ = logits.shape
+    batch = logits.shape[0]
     num_positions = labels.shape[1] + 1
-    normaliser = jax.nn.logsumexp(logits, axis=-1)  # [B, T, s_range]
-    blank_kept = logits[..., blank] - normaliser
+    band, ok = _pruned_band(ranges, frame_lengths, num_positions)
+    # Label u+1 at each kept position u (blank at u = U: no label move).
     with_end = jnp.concatenate([labels, jnp.full((batch, 1), blank, labels.dtype)], axis=1)
-    kept_labels = jnp.take_along_axis(
-        jnp.broadcast_to(with_end[:, None, :], (batch, num_frames, num_positions)), ranges, axis=2
+    flat = jnp.clip(ranges, 0, num_positions - 1).reshape(batch, -1)
+    label_at = jnp.take_along_axis(with_end, flat, axis=1).reshape(ranges.shape)
+    nll = fused.logits_nll(
+        logits, label_at, frame_lengths, label_lengths, band, blank, 0.0, delay_penalty
     )
-    emit_kept = jnp.take_along_axis(logits, kept_labels[..., None], axis=3)[..., 0] - normaliser
-    # Onto the full grid, -inf at the positions not kept.
-    position = jnp.arange(num_positions, dtype=jnp.int32)[None, None, None, :]
-    at = ranges[..., None] == position  # [B, T, s_range, U+1]
-    blank_lp = jnp.max(jnp.where(at, blank_kept[..., None], -jnp.inf), axis=2)
-    emit_lp = jnp.max(jnp.where(at, emit_kept[..., None], -jnp.inf), axis=2)
-    emit_lp = _delay_penalty(emit_lp, frame_lengths, delay_penalty)
-    return grid.lattice_nll(blank_lp, emit_lp, frame_lengths, label_lengths)
+    return jnp.where(ok, nll, jnp.nan)
+
+
+def _check_band(ranges: np.ndarray, frame_lengths: np.ndarray, fn: str) -> None:
+    """ValueError naming the first utterance and frame whose ranges are not
+    consecutive positions with non-decreasing starts."""
+    for b, t_b in enumerate(frame_lengths):
+        kept = ranges[b, :t_b]
+        gaps = np.nonzero(np.any(np.diff(kept, axis=1) != 1, axis=1))[0]
+        if gaps.size:
+            raise ValueError(
+                f"{fn}: ranges[{b}, {gaps[0]}] = {kept[gaps[0]].tolist()} are not consecutive "
+                "positions (rnnt_prune_ranges keeps s, s + 1, ..., s + s_range - 1)"
+            )
+        falls = np.nonzero(np.diff(kept[:, 0]) < 0)[0]
+        if falls.size:
+            t = falls[0] + 1
+            raise ValueError(
+                f"{fn}: ranges[{b}, {t}] starts at {kept[t, 0]}, below frame {t - 1}'s "
+                f"{kept[t - 1, 0]}: the starts must not decrease over the frames"
+            )
 
 
 def rnnt_loss_pruned(
@@ -491,6 +538,8 @@ def rnnt_loss_pruned(
         values = np.asarray(ranges)
         if values.size and (values.min() < 0 or values.max() > labels.shape[1]):
             raise ValueError(f"{fn}: ranges must lie in [0, U] = [0, {labels.shape[1]}]")
+        if not checks.is_traced(frame_lengths):
+            _check_band(values, np.asarray(frame_lengths), fn)
     return _pruned_loss(
         logits,
         frame_lengths,

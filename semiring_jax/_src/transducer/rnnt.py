@@ -2,19 +2,11 @@
 
 The joiner's logits [B, T, U+1, V] give, at every node (t, u) of the
 [T, U+1] grid, the log-softmax over V; only two of its columns enter the
-recursions: the blank's and label u+1's. The loss is -log of the sum over
-the grid's paths (`diagonal_scan.forward`), and its gradient comes from a
-`jax.custom_vjp` whose backward pass forms the occupation posteriors from
-α and β (`diagonal_scan.backward`), never from autodiff through the scan:
-
-    ∂L/∂logits[t, u, v] = softmax[t, u, v] · (b(t, u) + (1 + λ) e(t, u))
-                          - b(t, u) [v = blank] - (1 + λ) e(t, u) [v = label u+1],
-
-b and e being the posteriors of the blank and the label move out of
-(t, u), λ FastEmit's (NeMo's rule: the label moves' gradient scaled by
-1 + λ; the value stays the plain negative log-likelihood). That is written
-once, as the output, from the logits and the [B, T, U+1] log-normaliser:
-no other [B, T, U+1, V] array.
+recursions: the blank's and label u+1's. The loss is `fused.logits_nll`
+over the full grid (the band of every node): -log of the sum over the
+grid's paths, its gradient formed from the occupation posteriors and the
+logits in one pass. The alignment is the max-plus recursion over the same
+grid and a walk back from the end.
 """
 
 from __future__ import annotations
@@ -28,11 +20,10 @@ import numpy.typing as npt
 
 from semiring_jax._src.dense.ctc import check_labels
 from semiring_jax._src.dense.dense import check_float_array, check_lengths
-from semiring_jax._src.transducer import diagonal_scan, grid
+from semiring_jax._src.transducer import band as bands
+from semiring_jax._src.transducer import diagonal_scan, fused, grid
 
 __all__ = ["rnnt_align", "rnnt_loss"]
-
-Pair = tuple[jax.Array, jax.Array]
 
 
 def _check_inputs(
@@ -55,71 +46,11 @@ def _check_inputs(
     return logits, frame_lengths, labels, label_lengths
 
 
-def _move_log_probs(
-    logits: jax.Array, labels: jax.Array, blank: int
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(log-normaliser [B, T, U+1], blank log-probs [B, T, U+1], label
-    log-probs [B, T, U+1]: label u+1's at u, -inf at u = U), reading the
-    logits once for the normaliser and gathering two columns."""
-    normaliser = jax.nn.logsumexp(logits, axis=-1)
-    blank_lp = logits[..., blank] - normaliser
-    index = labels[:, None, :, None]  # [B, 1, U, 1]
-    label_logit = jnp.take_along_axis(logits[:, :, :-1], index, axis=-1)[..., 0]
-    emit_lp = label_logit - normaliser[:, :, :-1]
-    no_label = jnp.full((*emit_lp.shape[:2], 1), -jnp.inf, emit_lp.dtype)  # at u = U
-    emit_lp = jnp.concatenate([emit_lp, no_label], axis=-1)
-    return normaliser, blank_lp, emit_lp
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def _rnnt_nll(
-    logits: jax.Array,
-    frame_lengths: jax.Array,
-    labels: jax.Array,
-    label_lengths: jax.Array,
-    blank: int,
-    fastemit_lambda: float,
-) -> jax.Array:
-    nll, _ = _rnnt_forward(logits, frame_lengths, labels, label_lengths, blank, fastemit_lambda)
-    return nll
-
-
-def _rnnt_forward(
-    logits: jax.Array,
-    frame_lengths: jax.Array,
-    labels: jax.Array,
-    label_lengths: jax.Array,
-    blank: int,
-    fastemit_lambda: float,
-) -> tuple[jax.Array, Any]:
-    normaliser, blank_lp, emit_lp = _move_log_probs(logits, labels, blank)
-    moves = grid.lattice(blank_lp, emit_lp, frame_lengths, label_lengths)
-    alpha = diagonal_scan.forward(*moves)
-    hi, lo = grid.log_likelihood(alpha, frame_lengths, label_lengths)
-    residuals = (logits, frame_lengths, labels, label_lengths, normaliser, moves, alpha)
-    return -(hi + lo), residuals
-
-
-def _rnnt_backward(blank: int, fastemit_lambda: float, residuals: Any, cotangent: jax.Array) -> Any:
-    logits, frame_lengths, labels, label_lengths, normaliser, moves, alpha = residuals
-    blank_post, emit_post = grid.move_posteriors(
-        moves, alpha, frame_lengths, label_lengths, logits.shape[1]
-    )
-    scale = cotangent[:, None, None]
-    blank_post, emit_post = blank_post * scale, emit_post * (scale * (1.0 + fastemit_lambda))
-    # -∂ log P / ∂ logits, times the cotangent, written once.
-    softmax = jnp.exp(logits - normaliser[..., None])
-    vocab = jnp.arange(logits.shape[-1], dtype=jnp.int32)[None, None, None, :]
-    label_at = jnp.concatenate([labels, jnp.full((labels.shape[0], 1), -1, labels.dtype)], axis=1)
-    grad = softmax * (blank_post + emit_post)[..., None]
-    grad = grad - jnp.where(vocab == blank, blank_post[..., None], 0.0)
-    grad = grad - jnp.where(vocab == label_at[:, None, :, None], emit_post[..., None], 0.0)
-    has_blank, _ = grid.masks(normaliser.shape, frame_lengths, label_lengths)
-    grad = jnp.where(has_blank[..., None], grad, 0.0)  # padding: exactly 0, NaN or not
-    return grad.astype(logits.dtype), None, None, None
-
-
-_rnnt_nll.defvjp(_rnnt_forward, _rnnt_backward)
+def _label_columns(labels: jax.Array, blank: int) -> jax.Array:
+    """int [B, 1, U+1]: label u+1 at position u (blank at u = U, which has
+    no label move)."""
+    last = jnp.full((labels.shape[0], 1), blank, labels.dtype)
+    return jnp.concatenate([labels, last], axis=1)[:, None, :]
 
 
 @functools.partial(jax.jit, static_argnames=("blank", "fastemit_lambda"))
@@ -131,7 +62,17 @@ def _rnnt_loss(
     blank: int,
     fastemit_lambda: float,
 ) -> jax.Array:
-    return _rnnt_nll(logits, frame_lengths, labels, label_lengths, blank, fastemit_lambda)
+    batch, num_frames, num_positions, _ = logits.shape
+    return fused.logits_nll(
+        logits,
+        _label_columns(labels, blank),
+        frame_lengths,
+        label_lengths,
+        bands.full_grid(batch, num_frames, num_positions),
+        blank,
+        fastemit_lambda,
+        0.0,
+    )
 
 
 def rnnt_loss(
@@ -191,10 +132,15 @@ def _rnnt_align(
     label_lengths: jax.Array,
     blank: int,
 ) -> tuple[jax.Array, jax.Array]:
-    _, blank_lp, emit_lp = _move_log_probs(logits, labels, blank)
-    blank_moves, emit_moves = grid.lattice(blank_lp, emit_lp, frame_lengths, label_lengths)
-    scores, came_by_label = diagonal_scan.best_forward(blank_moves, emit_moves)
-    best, _ = grid.log_likelihood((scores, jnp.zeros_like(scores)), frame_lengths, label_lengths)
+    band = bands.full_grid(*logits.shape[:3])
+    _, blank_lp, emit_lp = fused.move_log_probs(logits, _label_columns(labels, blank), blank)
+    blank_moves, emit_moves = grid.lattice(band, blank_lp, emit_lp, frame_lengths, label_lengths)
+    scores, came_by_label = diagonal_scan.best_forward(
+        blank_moves, emit_moves, grid.start(band, logits.dtype)
+    )
+    best, _ = grid.log_likelihood(
+        band, (scores, jnp.zeros_like(scores)), frame_lengths, label_lengths
+    )
     batch = jnp.arange(logits.shape[0])
     num_labels = labels.shape[1]
 

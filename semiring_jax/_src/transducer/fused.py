@@ -1,0 +1,119 @@
+"""The transducer loss straight from the joiner's logits over a band, with
+the log-softmax over V fused into its gradient.
+
+`rnnt_loss` (the full grid) and `rnnt_loss_pruned` (the kept positions)
+both read logits [B, T, W, V] over a band (`transducer/band.py`): each
+cell's log-softmax enters the recursion through two columns only, the
+blank's and its label move's (`label_at`). The gradient is a
+`jax.custom_vjp` whose backward pass forms the moves' posteriors from α
+and β (`grid.move_posteriors`), never autodiff through the scan:
+
+    ∂L/∂logits[t, k, v] = softmax[t, k, v] · (b(t, k) + (1 + λ) e(t, k))
+                          - b(t, k) [v = blank] - (1 + λ) e(t, k) [v = label_at],
+
+b and e being the posteriors of the blank and the label move out of the
+cell, λ FastEmit's (NeMo's rule: the label moves' gradient scaled by
+1 + λ; the value stays the plain negative log-likelihood). It is written
+once, as the output, from the logits and the [B, T, W] log-normaliser: no
+other [B, T, W, V] array.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from semiring_jax._src.transducer import grid
+from semiring_jax._src.transducer.band import Band
+
+__all__ = ["delay_offset", "logits_nll", "move_log_probs"]
+
+
+def delay_offset(
+    num_frames: int, frame_lengths: jax.Array, delay_penalty: float, dtype: Any
+) -> Any:
+    """k2's delay penalty: delay_penalty · ((T_b - 1) / 2 - t) for the label
+    moves at frame t, [B, T, 1] (0 for a penalty <= 0)."""
+    if delay_penalty <= 0.0:
+        return jnp.zeros((), dtype)
+    frame = jnp.arange(num_frames, dtype=dtype)[None, :, None]
+    middle = ((frame_lengths.astype(dtype) - 1) / 2)[:, None, None]
+    return delay_penalty * (middle - frame)
+
+
+def move_log_probs(
+    logits: jax.Array, label_at: jax.Array, blank: int
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(log-normaliser, blank log-probs, label log-probs), each [B, T, W],
+    reading the logits once for the normaliser and gathering two columns.
+
+    Args:
+      logits: [B, T, W, V].
+      label_at: int [B, T or 1, W], the label each cell's label move
+        emits (any symbol where there is no move: the masks drop it).
+    """
+    normaliser = jax.nn.logsumexp(logits, axis=-1)
+    blank_lp = logits[..., blank] - normaliser
+    label_logit = jnp.take_along_axis(logits, label_at[..., None], axis=-1)[..., 0]
+    return normaliser, blank_lp, label_logit - normaliser
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
+def logits_nll(
+    logits: jax.Array,
+    label_at: jax.Array,
+    frame_lengths: jax.Array,
+    label_lengths: jax.Array,
+    band: Band,
+    blank: int,
+    fastemit_lambda: float,
+    delay_penalty: float,
+) -> jax.Array:
+    """-log P [B] of the band's paths, from logits [B, T, W, V]: +inf
+    without a path. `delay_penalty` (k2's) is added to the label moves."""
+    args = (logits, label_at, frame_lengths, label_lengths, band)
+    return _forward(*args, blank, fastemit_lambda, delay_penalty)[0]
+
+
+def _forward(
+    logits: jax.Array,
+    label_at: jax.Array,
+    frame_lengths: jax.Array,
+    label_lengths: jax.Array,
+    band: Band,
+    blank: int,
+    fastemit_lambda: float,
+    delay_penalty: float,
+) -> tuple[jax.Array, Any]:
+    normaliser, blank_lp, emit_lp = move_log_probs(logits, label_at, blank)
+    emit_lp = emit_lp + delay_offset(logits.shape[1], frame_lengths, delay_penalty, emit_lp.dtype)
+    (hi, lo), (moves, alpha) = grid.forward(band, blank_lp, emit_lp, frame_lengths, label_lengths)
+    residuals = (logits, label_at, frame_lengths, label_lengths, band, normaliser, moves, alpha)
+    return -(hi + lo), residuals
+
+
+def _backward(
+    blank: int, fastemit_lambda: float, delay_penalty: float, residuals: Any, cotangent: jax.Array
+) -> Any:
+    del delay_penalty  # a constant: it changes the posteriors, not their derivative
+    logits, label_at, frame_lengths, label_lengths, band, normaliser, moves, alpha = residuals
+    blank_post, emit_post = grid.move_posteriors(
+        band, moves, alpha, frame_lengths, label_lengths, logits.shape[1]
+    )
+    scale = cotangent[:, None, None]
+    blank_post, emit_post = blank_post * scale, emit_post * (scale * (1.0 + fastemit_lambda))
+    # -∂ log P / ∂ logits, times the cotangent, written once.
+    softmax = jnp.exp(logits - normaliser[..., None])
+    vocab = jnp.arange(logits.shape[-1], dtype=jnp.int32)[None, None, None, :]
+    grad = softmax * (blank_post + emit_post)[..., None]
+    grad = grad - jnp.where(vocab == blank, blank_post[..., None], 0.0)
+    grad = grad - jnp.where(vocab == label_at[..., None], emit_post[..., None], 0.0)
+    has_blank, _ = grid.masks(band, normaliser.shape, frame_lengths, label_lengths)
+    grad = jnp.where(has_blank[..., None], grad, 0.0)  # padding: exactly 0, NaN or not
+    return grad.astype(logits.dtype), None, None, None, None
+
+
+logits_nll.defvjp(_forward, _backward)

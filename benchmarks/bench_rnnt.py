@@ -39,6 +39,7 @@ floor; torch's allocations are not counted here.
 Run:
     .venv/bin/python benchmarks/bench_rnnt.py           # about 2 minutes on 2 cores
     .venv/bin/python benchmarks/bench_rnnt.py --quick   # the smallest size only
+    .venv/bin/python benchmarks/bench_rnnt.py --size 2  # the largest only
 """
 
 from __future__ import annotations
@@ -232,7 +233,10 @@ def _ms(seconds: float | None) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="the smallest size only")
+    parser.add_argument(
+        "--size", type=int, choices=range(len(SIZES)), help="one size only, by its index"
+    )
     args = parser.parse_args()
     torch.set_num_threads(2)
     try:
@@ -243,8 +247,8 @@ def main() -> None:
         have_fast_rnnt = False
         print("fast_rnnt is not installed: its columns are skipped")
     reps = Reps(min_runs=5, max_runs=20, budget_s=20.0)
-    sizes = SIZES[:1] if args.quick else SIZES
-    rows = [measure(index, size, have_fast_rnnt, reps) for index, size in enumerate(sizes)]
+    indices = [0] if args.quick else range(len(SIZES)) if args.size is None else [args.size]
+    rows = [measure(index, SIZES[index], have_fast_rnnt, reps) for index in indices]
     print(
         f"{'(B, T, U, V)':>20s} {'ours ms':>9s} {'floor ms':>9s} {'ours/floor':>11s} "
         f"{'fast_rnnt ms':>13s} {'fast_rnnt/ours':>15s} {'warprnnt ms':>12s} "

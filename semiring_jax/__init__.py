@@ -35,14 +35,10 @@ from semiring_jax._src.structural.unary import (
     reverse,
     top_sort,
 )
-from semiring_jax._src.transducer.pruned import (
-    rnnt_loss_pruned,
-    rnnt_loss_simple,
-    rnnt_loss_smoothed,
-    rnnt_prune,
-    rnnt_prune_ranges,
-)
+from semiring_jax._src.transducer.pruned import rnnt_loss_pruned
+from semiring_jax._src.transducer.pruning import rnnt_prune, rnnt_prune_ranges
 from semiring_jax._src.transducer.rnnt import rnnt_align, rnnt_loss
+from semiring_jax._src.transducer.simple import rnnt_loss_simple, rnnt_loss_smoothed
 
 # The one source of the version: pyproject.toml reads this literal statically.
 __version__ = "0.1.0"

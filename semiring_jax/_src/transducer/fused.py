@@ -29,19 +29,22 @@ import jax.numpy as jnp
 from semiring_jax._src.transducer import grid
 from semiring_jax._src.transducer.band import Band
 
-__all__ = ["delay_offset", "logits_nll", "move_log_probs"]
+__all__ = ["logits_nll", "move_log_probs", "with_delay_penalty"]
 
 
-def delay_offset(
-    num_frames: int, frame_lengths: jax.Array, delay_penalty: float, dtype: Any
-) -> Any:
-    """k2's delay penalty: delay_penalty · ((T_b - 1) / 2 - t) for the label
-    moves at frame t, [B, T, 1] (0 for a penalty <= 0)."""
+def with_delay_penalty(
+    emit_lp: jax.Array, frame_lengths: jax.Array, delay_penalty: float
+) -> jax.Array:
+    """k2's delay penalty: delay_penalty · ((T_b - 1) / 2 - t) added to the
+    label moves [B, T, W] at frame t. A penalty <= 0 leaves them as they
+    are, not + 0 (XLA keeps x + 0.0, which is -0.0's +0.0, and the copy
+    would stop it merging the simple loss's recursion with the pruning
+    ranges' same one)."""
     if delay_penalty <= 0.0:
-        return jnp.zeros((), dtype)
-    frame = jnp.arange(num_frames, dtype=dtype)[None, :, None]
-    middle = ((frame_lengths.astype(dtype) - 1) / 2)[:, None, None]
-    return delay_penalty * (middle - frame)
+        return emit_lp
+    frame = jnp.arange(emit_lp.shape[1], dtype=emit_lp.dtype)[None, :, None]
+    middle = ((frame_lengths.astype(emit_lp.dtype) - 1) / 2)[:, None, None]
+    return emit_lp + delay_penalty * (middle - frame)
 
 
 def move_log_probs(
@@ -89,7 +92,7 @@ def _forward(
     delay_penalty: float,
 ) -> tuple[jax.Array, Any]:
     normaliser, blank_lp, emit_lp = move_log_probs(logits, label_at, blank)
-    emit_lp = emit_lp + delay_offset(logits.shape[1], frame_lengths, delay_penalty, emit_lp.dtype)
+    emit_lp = with_delay_penalty(emit_lp, frame_lengths, delay_penalty)
     (hi, lo), (moves, alpha) = grid.forward(band, blank_lp, emit_lp, frame_lengths, label_lengths)
     residuals = (logits, label_at, frame_lengths, label_lengths, band, normaliser, moves, alpha)
     return -(hi + lo), residuals

@@ -1,0 +1,252 @@
+"""k2's simple and smoothed transducer losses: the joiner is additive.
+
+The simple loss's joiner is `am[b, t] + lm[b, u]`, so its log-normaliser
+over V at every node is a matrix product of exponentials (shifted by each
+row's maximum), never a [B, T, U+1, V] array; the smoothed loss
+interpolates its move log-probs with the LM's alone and the AM's with a
+unigram LM. Both go through `grid.lattice_nll` over the full grid: the
+recursion's gradient is the moves' posteriors, and autodiff carries it
+through the losses' own gathers. `rnnt_prune_ranges` reads the same
+posteriors (`transducer/pruning.py`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy.typing as npt
+
+from semiring_jax._src.dense.ctc import check_labels
+from semiring_jax._src.dense.dense import check_float_array, check_lengths
+from semiring_jax._src.transducer import band as bands
+from semiring_jax._src.transducer import fused, grid
+
+__all__ = ["check_am_lm", "rnnt_loss_simple", "rnnt_loss_smoothed", "simple_moves"]
+
+
+def check_am_lm(
+    am: npt.ArrayLike,
+    lm: npt.ArrayLike,
+    frame_lengths: npt.ArrayLike,
+    labels: npt.ArrayLike,
+    label_lengths: npt.ArrayLike,
+    blank: Any,
+    fn: str,
+) -> tuple[jax.Array, ...]:
+    am = check_float_array(am, 3, "[B, T, V]", "am", fn)
+    lm = check_float_array(lm, 3, "[B, U+1, V]", "lm", fn)
+    batch, num_frames, vocab = am.shape
+    if lm.shape[0] != batch or lm.shape[2] != vocab or lm.dtype != am.dtype:
+        raise ValueError(
+            f"{fn}: lm {lm.shape} {lm.dtype} does not match am {am.shape} {am.dtype}: "
+            f"expected [B, U+1, V] = [{batch}, U+1, {vocab}] of {am.dtype}"
+        )
+    frame_lengths = check_lengths(frame_lengths, batch, num_frames, fn, "frame_lengths", "T")
+    labels, label_lengths = check_labels(labels, label_lengths, batch, vocab, blank, fn)
+    if labels.shape[1] + 1 != lm.shape[1]:
+        raise ValueError(
+            f"{fn}: lm has U + 1 = {lm.shape[1]} label positions, but labels has room "
+            f"for U = {labels.shape[1]} labels (expected {labels.shape[1] + 1})"
+        )
+    return am, lm, frame_lengths, labels, label_lengths
+
+
+def _full_nll(
+    blank_lp: jax.Array, emit_lp: jax.Array, frame_lengths: jax.Array, label_lengths: jax.Array
+) -> jax.Array:
+    """`grid.lattice_nll` of move log-probs [B, T, U+1] over the full grid."""
+    band = bands.full_grid(*blank_lp.shape)
+    return grid.lattice_nll(blank_lp, emit_lp, frame_lengths, label_lengths, band)
+
+
+def _label_columns(values: jax.Array, labels: jax.Array) -> jax.Array:
+    """values[b, i, labels[b, u]] [B, I, U] of values [B, I, V]."""
+    index = jnp.broadcast_to(labels[:, None, :], (*values.shape[:2], labels.shape[1]))
+    return jnp.take_along_axis(values, index, axis=2)
+
+
+def _normalisers(am: jax.Array, lm: jax.Array) -> jax.Array:
+    """log Σ_v exp(am[b, t, v] + lm[b, u, v]) [B, T, U+1], as k2 computes it:
+    a matrix product of the exponentials shifted by each row's maximum
+    (plus the dtype's tiny, so that an all-zero row logs to a finite value)."""
+    am_max = jax.lax.stop_gradient(jnp.max(am, axis=2, keepdims=True))
+    lm_max = jax.lax.stop_gradient(jnp.max(lm, axis=2, keepdims=True))
+    products = jnp.einsum("btv,buv->btu", jnp.exp(am - am_max), jnp.exp(lm - lm_max))
+    tiny = jnp.finfo(am.dtype).tiny
+    return jnp.log(products + tiny) + am_max + jnp.moveaxis(lm_max, 1, 2)
+
+
+def simple_moves(
+    am: jax.Array, lm: jax.Array, labels: jax.Array, blank: int
+) -> tuple[jax.Array, jax.Array]:
+    """(blank, label) move log-probs [B, T, U+1] of the additive joiner."""
+    normalisers = _normalisers(am, lm)
+    blank_lp = am[:, :, blank][:, :, None] + lm[:, :, blank][:, None, :] - normalisers
+    label_am = _label_columns(am, labels)  # [B, T, U]
+    label_lm = jnp.take_along_axis(lm[:, :-1], labels[:, :, None], axis=2)[..., 0]  # [B, U]
+    emit_lp = label_am + label_lm[:, None, :] - normalisers[:, :, :-1]
+    return blank_lp, _with_last_position(emit_lp)
+
+
+def _with_last_position(emit_lp: jax.Array) -> jax.Array:
+    """[B, T, U] → [B, T, U+1]: no label move out of u = U."""
+    return jnp.concatenate(
+        [emit_lp, jnp.full((*emit_lp.shape[:2], 1), -jnp.inf, emit_lp.dtype)], axis=2
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("blank", "delay_penalty"))
+def _simple_loss(
+    am: jax.Array,
+    lm: jax.Array,
+    frame_lengths: jax.Array,
+    labels: jax.Array,
+    label_lengths: jax.Array,
+    blank: int,
+    delay_penalty: float,
+) -> jax.Array:
+    blank_lp, emit_lp = simple_moves(am, lm, labels, blank)
+    emit_lp = fused.with_delay_penalty(emit_lp, frame_lengths, delay_penalty)
+    return _full_nll(blank_lp, emit_lp, frame_lengths, label_lengths)
+
+
+def rnnt_loss_simple(
+    am: npt.ArrayLike,
+    lm: npt.ArrayLike,
+    frame_lengths: npt.ArrayLike,
+    labels: npt.ArrayLike,
+    label_lengths: npt.ArrayLike,
+    *,
+    blank: int = 0,
+    delay_penalty: float = 0.0,
+) -> jax.Array:
+    """k2's "simple" transducer loss: the joiner is `am[b, t] + lm[b, u]`.
+
+    Normalised over V at every node (t, u) without a [B, T, U+1, V] array:
+    log Σ_v exp(am + lm) is a matrix product of the shifted exponentials.
+    Differentiable with respect to `am` and `lm`.
+
+    Args:
+      am: float [B, T, V], the encoder's projections.
+      lm: float [B, U+1, V], the prediction network's.
+      frame_lengths, labels, label_lengths, blank: as in `rnnt_loss`.
+      delay_penalty: k2's: delay_penalty · ((T_b - 1)/2 - t) is added to
+        every label emission at frame t (nothing for a value <= 0).
+    Returns:
+      float [B], the negative log-likelihoods (+inf without a path).
+    Raises:
+      ValueError: for shapes that do not match, lengths out of range, or a
+        used label outside [0, V) or equal to `blank`.
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> import semiring_jax as sj
+      >>> am, lm = jnp.zeros((1, 2, 3)), jnp.zeros((1, 2, 3))  # uniform over 3
+      >>> loss = sj.rnnt_loss_simple(am, lm, jnp.array([2]), jnp.array([[1]]), jnp.array([1]))
+      >>> print(jnp.round(jnp.exp(-loss), 4))
+      [0.0741]
+    """
+    args = check_am_lm(am, lm, frame_lengths, labels, label_lengths, blank, "rnnt_loss_simple")
+    return _simple_loss(*args, blank=int(blank), delay_penalty=float(delay_penalty))
+
+
+def _smoothed_moves(
+    am: jax.Array,
+    lm: jax.Array,
+    labels: jax.Array,
+    blank: int,
+    lm_only_scale: float,
+    am_only_scale: float,
+) -> tuple[jax.Array, jax.Array]:
+    """k2's smoothed move log-probs: the simple ones, the LM's alone and the
+    AM's with a unigram LM (the mean of the LM's distributions over the
+    whole padded batch, as k2 takes it), interpolated."""
+    blank_lp, emit_lp = simple_moves(am, lm, labels, blank)
+    am_max = jax.lax.stop_gradient(jnp.max(am, axis=2, keepdims=True))
+    lm_max = jax.lax.stop_gradient(jnp.max(lm, axis=2, keepdims=True))
+    am_probs, lm_probs = jnp.exp(am - am_max), jnp.exp(lm - lm_max)
+    lm_totals = jnp.sum(lm_probs, axis=2, keepdims=True)  # [B, U+1, 1]
+    tiny = jnp.finfo(am.dtype).tiny
+    unigram = jnp.mean(lm_probs / lm_totals, axis=(0, 1)) + tiny  # [V]
+    am_only_norm = jnp.log(am_probs @ unigram)[:, :, None] + am_max  # [B, T, 1]
+    log_unigram = jnp.log(unigram)
+    lm_only_norm = jnp.log(lm_totals) + lm_max  # [B, U+1, 1]
+    label_am = _label_columns(am, labels)  # [B, T, U]
+    label_lm = jnp.take_along_axis(lm[:, :-1], labels[:, :, None], axis=2)[..., 0]  # [B, U]
+    emit_am_only = _with_last_position(label_am + log_unigram[labels][:, None, :] - am_only_norm)
+    emit_lm_only = _with_last_position(
+        jnp.broadcast_to((label_lm - lm_only_norm[:, :-1, 0])[:, None, :], label_am.shape)
+    )
+    blank_am_only = am[:, :, blank][:, :, None] + log_unigram[blank] - am_only_norm
+    blank_lm_only = (lm[:, :, blank] - lm_only_norm[:, :, 0])[:, None, :]
+    combined = 1.0 - lm_only_scale - am_only_scale
+    # As k2: a zero scale is 1e-20, so that a -inf term stays -inf, not NaN.
+    lm_only_scale, am_only_scale = lm_only_scale or 1e-20, am_only_scale or 1e-20
+    blank_lp = combined * blank_lp + lm_only_scale * blank_lm_only + am_only_scale * blank_am_only
+    emit_lp = combined * emit_lp + lm_only_scale * emit_lm_only + am_only_scale * emit_am_only
+    return blank_lp, emit_lp
+
+
+@functools.partial(
+    jax.jit, static_argnames=("blank", "lm_only_scale", "am_only_scale", "delay_penalty")
+)
+def _smoothed_loss(
+    am: jax.Array,
+    lm: jax.Array,
+    frame_lengths: jax.Array,
+    labels: jax.Array,
+    label_lengths: jax.Array,
+    blank: int,
+    lm_only_scale: float,
+    am_only_scale: float,
+    delay_penalty: float,
+) -> jax.Array:
+    blank_lp, emit_lp = _smoothed_moves(am, lm, labels, blank, lm_only_scale, am_only_scale)
+    emit_lp = fused.with_delay_penalty(emit_lp, frame_lengths, delay_penalty)
+    return _full_nll(blank_lp, emit_lp, frame_lengths, label_lengths)
+
+
+def rnnt_loss_smoothed(
+    am: npt.ArrayLike,
+    lm: npt.ArrayLike,
+    frame_lengths: npt.ArrayLike,
+    labels: npt.ArrayLike,
+    label_lengths: npt.ArrayLike,
+    *,
+    lm_only_scale: float = 0.25,
+    am_only_scale: float = 0.0,
+    blank: int = 0,
+    delay_penalty: float = 0.0,
+) -> jax.Array:
+    """k2's smoothed simple loss: the simple loss's move log-probs
+    interpolated with the LM's alone (`lm_only_scale`) and the AM's with a
+    unigram LM (`am_only_scale`; the unigram is the mean of the LM's
+    distributions over the whole padded batch, as in k2).
+
+    Args:
+      am, lm, frame_lengths, labels, label_lengths, blank, delay_penalty: as
+        in `rnnt_loss_simple`.
+      lm_only_scale, am_only_scale: the interpolation weights (the simple
+        loss's is 1 minus both).
+    Returns:
+      float [B].
+    Raises:
+      ValueError: as `rnnt_loss_simple`.
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> import semiring_jax as sj
+      >>> am, lm = jnp.zeros((1, 2, 3)), jnp.zeros((1, 2, 3))
+      >>> args = (jnp.array([2]), jnp.array([[1]]), jnp.array([1]))
+      >>> print(jnp.round(jnp.exp(-sj.rnnt_loss_smoothed(am, lm, *args)), 4))
+      [0.0741]
+    """
+    args = check_am_lm(am, lm, frame_lengths, labels, label_lengths, blank, "rnnt_loss_smoothed")
+    return _smoothed_loss(
+        *args,
+        blank=int(blank),
+        lm_only_scale=float(lm_only_scale),
+        am_only_scale=float(am_only_scale),
+        delay_penalty=float(delay_penalty),
+    )

@@ -419,6 +419,35 @@ def brute_rnnt_nll(logits, labels, blank=0, fastemit_lambda=0.0):
     return -jax.scipy.special.logsumexp(jnp.stack(scores))
 
 
+def brute_pruned_rnnt_nll(logits, starts, labels, blank=0):
+    """-log P(labels) of one utterance over the kept positions only, by
+    enumerating every alignment of its [T_b, U_b + 1] grid and keeping those
+    whose every move leaves a kept node: logits [T_b, S, V] hold node
+    (t, starts[t] + k) at [t, k]. In JAX, so that jax.grad gives the oracle
+    gradient; +inf where no alignment is kept."""
+    log_probs = jax.nn.log_softmax(jnp.asarray(logits), axis=-1)
+    num_frames, width, _ = log_probs.shape
+    scores = []
+    for emits in rnnt_alignments(num_frames, len(labels)):
+        t = u = 0
+        terms = []
+        for move in range(num_frames + len(labels)):
+            k = u - int(starts[t])
+            if not 0 <= k < width:
+                break
+            if move in emits:
+                terms.append(log_probs[t, k, labels[u]])
+                u += 1
+            else:
+                terms.append(log_probs[t, k, blank])
+                t += 1
+        else:
+            scores.append(sum(terms, jnp.zeros((), log_probs.dtype)))
+    if not scores:
+        return jnp.asarray(jnp.inf, log_probs.dtype)
+    return -jax.scipy.special.logsumexp(jnp.stack(scores))
+
+
 def brute_rnnt_align(logits, labels, blank=0):
     """(frames of each label on the best alignment, its log-probability) of
     one utterance by enumeration (numpy float64)."""

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import semiring_jax as sj
+from tests import oracles
 
 
 @st.composite
@@ -83,6 +84,86 @@ def test_ranges_hold_a_path_and_the_pruned_loss_at_full_range_is_the_full_loss(d
     got = jax.grad(lambda x: sj.rnnt_loss_pruned(x, *lengths, every, blank=blank).sum())(joint)
     want = jax.grad(lambda x: sj.rnnt_loss(x, *lengths, blank=blank).sum())(joint)
     np.testing.assert_allclose(got, want, atol=1e-12)
+
+
+@st.composite
+def pruned_batches(draw, num_frames=4, num_labels=3, width=2, vocab=5):
+    """(logits float64 [B, T, S, V], frame_lengths, labels, label_lengths,
+    ranges [B, T, S], blank): random bands of consecutive positions whose
+    starts rise by 0 .. S - 1 a frame from 0 (some leave out the end
+    node: no path), of fixed array shapes."""
+    batch = 3
+    blank = draw(st.sampled_from([0, vocab - 1]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
+    rises = rng.integers(0, width, (batch, num_frames))
+    rises[:, 0] = 0
+    starts = np.minimum(np.cumsum(rises, axis=1), num_labels + 1 - width)
+    others = [v for v in range(vocab) if v != blank]
+    return (
+        rng.normal(scale=2.0, size=(batch, num_frames, width, vocab)),
+        rng.integers(1, num_frames + 1, batch),
+        rng.choice(others, size=(batch, num_labels)),
+        rng.integers(0, num_labels + 1, batch),
+        starts[:, :, None] + np.arange(width),
+        blank,
+    )
+
+
+@settings(max_examples=5, deadline=None)
+@given(batch=pruned_batches())
+def test_pruned_loss_and_gradient_match_enumeration_over_the_kept_positions(batch):
+    logits, frame_lengths, labels, label_lengths, ranges, blank = batch
+    lengths = (frame_lengths, labels, label_lengths)
+
+    def ours(x):
+        return sj.rnnt_loss_pruned(x, *lengths, ranges, blank=blank)
+
+    value, grad = ours(logits), jax.grad(lambda x: ours(x).sum())(logits)
+    for b, (t_b, u_b) in enumerate(zip(frame_lengths, label_lengths)):
+
+        def oracle(x, b=b, t_b=t_b, u_b=u_b):
+            return oracles.brute_pruned_rnnt_nll(x, ranges[b, :t_b, 0], labels[b, :u_b], blank)
+
+        entry = logits[b, :t_b]
+        np.testing.assert_allclose(value[b], oracle(entry), rtol=1e-10)
+        np.testing.assert_allclose(grad[b, :t_b], jax.grad(oracle)(entry), atol=1e-10)
+        assert (grad[b, t_b:] == 0).all()
+
+
+def test_ranges_that_are_not_a_band_are_named_or_give_nan():
+    logits = np.zeros((2, 3, 2, 4))
+    lengths = (np.array([3, 3]), np.array([[1, 2], [1, 2]]), np.array([2, 2]))
+    good = np.array([[0, 1], [0, 1], [1, 2]])
+    gap = np.array([[0, 1], [0, 2], [1, 2]])
+    fall = np.array([[0, 1], [1, 2], [0, 1]])
+    for bad, message in (
+        (gap, r"ranges\[1, 1\] = \[0, 2\] are not consecutive"),
+        (fall, r"ranges\[1, 2\] starts at 0, below frame 1's 1"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            sj.rnnt_loss_pruned(logits, *lengths, np.stack([good, bad]))
+        # Traced ranges cannot be checked before the call: the entry is NaN.
+        traced = jax.jit(lambda r: sj.rnnt_loss_pruned(logits, *lengths, r))
+        loss = traced(np.stack([good, bad]))
+        assert np.isfinite(loss[0]) and np.isnan(loss[1])
+
+
+def test_prune_gathers_and_its_gradient_sums_back():
+    rng = np.random.default_rng(3)
+    am, lm = rng.normal(size=(2, 5, 3)), rng.normal(size=(2, 4, 3))
+    ranges = np.array(
+        [[[0, 1], [0, 1], [1, 2], [2, 3], [2, 3]], [[0, 1], [1, 2], [1, 2], [3, 2], [0, 0]]]
+    )
+    weights = rng.normal(size=(2, 5, 2, 3))
+
+    def total(a, b):
+        am_pruned, lm_pruned = sj.rnnt_prune(a, b, ranges)
+        return (weights * (am_pruned + 2.0 * lm_pruned)).sum()
+
+    am_grad, lm_grad = jax.grad(total, argnums=(0, 1))(am, lm)
+    at = (ranges[..., None] == np.arange(4)).astype(float)  # [B, T, S, U+1]
+    np.testing.assert_allclose(am_grad, weights.sum(axis=2), atol=1e-12)
+    np.testing.assert_allclose(lm_grad, 2.0 * np.einsum("btsu,btsc->buc", at, weights), atol=1e-12)
 
 
 def test_ranges_widen_where_no_window_admits_a_path():

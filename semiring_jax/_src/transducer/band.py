@@ -77,7 +77,8 @@ def full_grid(batch: int, num_frames: int, num_positions: int) -> Band:
 def from_starts(starts: jax.Array, num_positions: int, width: int) -> Band:
     """The band of width W from starts [B, T + 1] that rise by >= 0 a frame
     (the caller's to ensure: t + s_t must increase strictly), the layout
-    [T + U + 1, B, W] for U + 1 = `num_positions` (nodes past it dropped)."""
+    [T + U + 1, B, W] for U + 1 = `num_positions` (positions past U are
+    no nodes: their cells are not valid)."""
     batch, num_rows = starts.shape
     num_frames = num_rows - 1
     num_diagonals = num_frames + num_positions
@@ -90,11 +91,13 @@ def from_starts(starts: jax.Array, num_positions: int, width: int) -> Band:
     frame = jax.vmap(lambda row: jnp.searchsorted(row, target).astype(jnp.int32))(offsets)
     frame = jnp.clip(jnp.moveaxis(frame, 0, 1), 0, num_frames)  # [N, B, W]
     entry = jnp.arange(batch, dtype=jnp.int32)[None, :, None]
-    valid = offsets[entry, frame] == target[:, None, :]
+    position = jnp.arange(width, dtype=jnp.int32)[None, None, :]
+    # A node past u = U is no node of the grid (a window may overhang it).
+    in_grid = starts[entry, frame] + position < num_positions
+    valid = (offsets[entry, frame] == target[:, None, :]) & in_grid
     rise = jnp.diff(starts, axis=1)  # [B, T]: s_{t+1} - s_t
     rise_into = jnp.pad(rise, ((0, 0), (1, 0)))[entry, frame]  # s_t - s_{t-1} (0 at t = 0)
     rise_out = jnp.pad(rise, ((0, 0), (0, 1)))[entry, frame]  # s_{t+1} - s_t (0 at t = T)
-    position = jnp.arange(width, dtype=jnp.int32)[None, None, :]
     come_from = position + rise_into
     blank_from = jnp.where(valid & (frame > 0) & (come_from < width), come_from, width)
     go_to = position - rise_out

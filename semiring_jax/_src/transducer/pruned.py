@@ -115,13 +115,20 @@ def rnnt_loss_pruned(
       logits: float [B, T, s_range, V], the joiner's outputs at `ranges`
         (from the inputs `rnnt_prune` gives).
       frame_lengths, labels, label_lengths, blank: as in `rnnt_loss`.
-      ranges: int [B, T, s_range], from `rnnt_prune_ranges`.
+      ranges: int [B, T, s_range], from `rnnt_prune_ranges`: at each frame
+        consecutive positions s_t, ..., s_t + s_range - 1 in [0, U], the
+        starts not decreasing over the utterance's frames (k2's pruned
+        loss assumes the same; frames past `frame_lengths[b]` are ignored).
       delay_penalty: as in `rnnt_loss_simple`.
     Returns:
-      float [B] (+inf where the kept positions hold no path).
+      float [B]: +inf where the kept positions hold no path; NaN where
+      traced `ranges` (inside `jax.jit`) are not consecutive with
+      non-decreasing starts, which concrete ones are refused for.
     Raises:
-      ValueError: for shapes that do not match, lengths out of range, or a
-        used label outside [0, V) or equal to `blank`.
+      ValueError: for shapes that do not match, lengths out of range, a
+        used label outside [0, V) or equal to `blank`, or concrete ranges
+        outside [0, U], not consecutive, or with a falling start (naming
+        the utterance and frame).
     Examples:
       >>> import jax.numpy as jnp
       >>> import semiring_jax as sj

@@ -64,8 +64,9 @@ def _full_nll(
 
 def _label_columns(values: jax.Array, labels: jax.Array) -> jax.Array:
     """values[b, i, labels[b, u]] [B, I, U] of values [B, I, V]."""
-    index = jnp.broadcast_to(labels[:, None, :], (*values.shape[:2], labels.shape[1]))
-    return jnp.take_along_axis(values, index, axis=2)
+    # Columns by a per-utterance index [U]: take_along_axis would build
+    # (and read) a [B, I, U, 3] index array, in the forward and the backward.
+    return jax.vmap(lambda rows, columns: rows[:, columns])(values, labels)
 
 
 def _normalisers(am: jax.Array, lm: jax.Array) -> jax.Array:

@@ -40,7 +40,7 @@ median. Memory: XLA's own account of a compiled JAX function
 floor; torch's allocations are not counted here.
 
 Run:
-    .venv/bin/python benchmarks/bench_rnnt.py           # about 2 minutes on 2 cores
+    .venv/bin/python benchmarks/bench_rnnt.py           # about 4 minutes on 2 cores
     .venv/bin/python benchmarks/bench_rnnt.py --quick   # the smallest size only
     .venv/bin/python benchmarks/bench_rnnt.py --size 2  # the largest only
 """

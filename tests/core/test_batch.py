@@ -28,7 +28,7 @@ def assert_fsas_equal(a, b):
     jax.tree_util.tree_map(np.testing.assert_array_equal, a, b)
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=4, deadline=None)
 @given(datas=st.lists(acyclic_fsas(), min_size=1, max_size=3), bucket=st.booleans())
 def test_batched_equals_one_by_one(datas, bucket):
     fsas = [build(data) for data in datas]
@@ -127,7 +127,7 @@ def test_padding_is_the_zero_of_a_user_semiring():
     np.testing.assert_allclose(sj.arc_posteriors(batch, REAL), [[1.0, 1.0], [1.0, 0.0]])
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=5, deadline=None)
 @given(datas=st.lists(acyclic_fsas(weights=st.floats(-2.0, 2.0)), min_size=2, max_size=3))
 def test_user_semiring_batches_equal_unbatched_and_brute_force(datas):
     """Real weights exp(w) via replace; every score and gradient of the

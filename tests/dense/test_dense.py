@@ -19,7 +19,7 @@ from semiring_jax._src.core.host import schedule_tables as host_schedule
 from tests import oracles
 from tests.strategies import as_rows, dense_graphs
 
-SETTINGS = settings(max_examples=40, deadline=None)
+SETTINGS = settings(max_examples=25, deadline=None)
 TOL = {"float32": dict(rtol=3e-5, atol=3e-5), "float64": dict(rtol=1e-10, atol=1e-10)}
 SEMIRINGS = {"log": sj.LOG, "tropical": sj.TROPICAL}
 REAL = sj.Semiring(name="real", plus=jnp.add, times=jnp.multiply, sum=jnp.sum, zero=0.0, one=1.0)
@@ -619,7 +619,7 @@ def _best_arcs_through_tables(tables, num_states, num_arcs, values, side):
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     num_states=st.integers(1, 12),
     seed=st.integers(0, 2**31),

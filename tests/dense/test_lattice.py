@@ -19,7 +19,7 @@ def build(data, dtype=np.float64):
     return sj.Fsa.from_arcs(as_rows(arcs), final, num_states=num_states, dtype=dtype)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(
     data=dense_graphs(weights=st.floats(-3, 3, width=32)),
     values=st.lists(st.floats(-3, 3, width=32), min_size=B * T * V, max_size=B * T * V),

@@ -129,6 +129,7 @@ def test_batches_and_vmap(semiring, dtype):
     np.testing.assert_allclose(ours, scan, **TOL[dtype])
 
 
+@pytest.mark.slow  # ~25 s; test_tot_score's forward-mode-and-hessians compares them too
 def test_second_order_matches_the_scan():
     rng = np.random.default_rng(1)
     arcs = [(i, j, 1, float(rng.normal())) for i in range(6) for j in range(i + 1, 6)]
@@ -207,6 +208,7 @@ def test_switched_off_or_without_a_compiler_the_scan_serves(tmp_path):
     assert "no C++ compiler found (tried 'no-such-compiler'" in lines[1]
 
 
+@pytest.mark.slow  # a fresh build (~20 s); test_builds_into_the_cache_dir builds one too
 @pytest.mark.skipif(shutil.which(os.environ.get("CXX", "c++")) is None, reason="no compiler")
 def test_an_unwritable_home_falls_back_to_the_temporary_folder(tmp_path):
     blocked = tmp_path / "a-file"

@@ -16,7 +16,7 @@ from tests import oracles
 from tests.paths import both_paths
 from tests.strategies import acyclic_fsas, as_rows, padded
 
-SETTINGS = settings(max_examples=60, deadline=None)
+SETTINGS = settings(max_examples=40, deadline=None)
 TOL = {"float32": dict(rtol=2e-5, atol=2e-5), "float64": dict(rtol=1e-10, atol=1e-10)}
 SEMIRINGS = {"log": sj.LOG, "tropical": sj.TROPICAL}
 REAL = sj.Semiring(name="real", plus=jnp.add, times=jnp.multiply, sum=jnp.sum, zero=0.0, one=1.0)

@@ -31,7 +31,7 @@ def am_lm_batches(draw, num_frames=6, num_labels=4, vocab=6):
     )
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=4, deadline=None)
 @given(data=am_lm_batches())
 def test_simple_loss_is_the_full_loss_of_the_additive_joiner(data):
     am, lm, frame_lengths, labels, label_lengths, blank = data
@@ -55,7 +55,7 @@ def test_simple_loss_is_the_full_loss_of_the_additive_joiner(data):
     np.testing.assert_allclose(smoothed, simple(am, lm), rtol=1e-12)
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=4, deadline=None)
 @given(data=am_lm_batches(), s_range=st.integers(2, 4))
 def test_ranges_hold_a_path_and_the_pruned_loss_at_full_range_is_the_full_loss(data, s_range):
     am, lm, frame_lengths, labels, label_lengths, blank = data
@@ -109,7 +109,7 @@ def pruned_batches(draw, num_frames=4, num_labels=3, width=2, vocab=5):
     )
 
 
-@settings(max_examples=5, deadline=None)
+@settings(max_examples=4, deadline=None)
 @given(batch=pruned_batches())
 def test_pruned_loss_and_gradient_match_enumeration_over_the_kept_positions(batch):
     logits, frame_lengths, labels, label_lengths, ranges, blank = batch

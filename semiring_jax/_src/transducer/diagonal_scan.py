@@ -147,10 +147,11 @@ def following(scores: Scores, blank_to: jax.Array | None, label: bool) -> Scores
     """Each cell's successor's scores: by blank (`blank_to`'s position on
     the next diagonal) or, with `label`, by label (position k + 1); -inf
     past the last diagonal."""
-    pair = tuple(
+    hi, lo = (
         jnp.concatenate([x[1:], jnp.full_like(x[:1], fill)])
         for x, fill in zip(scores, (-jnp.inf, 0.0))
     )
+    pair = (hi, lo)
     if label:
         return _shifted_pair(pair, shift_left)
     return _gather(pair, blank_to)

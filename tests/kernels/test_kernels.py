@@ -29,7 +29,7 @@ from tests import oracles
 from tests.paths import both_paths, scan_only
 from tests.strategies import acyclic_fsas, as_rows, padded
 
-SETTINGS = settings(max_examples=40, deadline=None)
+SETTINGS = settings(max_examples=25, deadline=None)
 TOL = {"float32": dict(rtol=2e-5, atol=2e-5), "float64": dict(rtol=1e-10, atol=1e-12)}
 SEMIRINGS = {"log": sj.LOG, "tropical": sj.TROPICAL}
 
@@ -304,7 +304,7 @@ def ctc_inputs(draw):
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(inputs=ctc_inputs(), dtype=st.sampled_from(["float32", "float64"]))
 def test_ctc_kernel_matches_the_scan(inputs, dtype):
     logits, input_lengths, labels, label_lengths, blank = inputs

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from semiring_jax._src.transducer import band as bands
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), width=st.integers(1, 4))
 def test_every_node_and_move_lands_where_the_layout_says(seed, width):
     rng = np.random.default_rng(seed)

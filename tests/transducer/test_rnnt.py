@@ -35,7 +35,7 @@ def _entry(batch, b):
     return logits[b, :t, : u + 1], labels[b, :u]
 
 
-@settings(max_examples=5, deadline=None)
+@settings(max_examples=3, deadline=None)
 @given(batch=transducer_batches(), fastemit_lambda=st.sampled_from([0.0, 0.5]))
 def test_loss_and_gradient_match_enumeration(batch, fastemit_lambda):
     logits, frame_lengths, labels, label_lengths, blank = batch

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from semiring_jax._src.transducer import grid
 from semiring_jax._src.transducer.band import Band
 
-__all__ = ["logits_nll", "move_log_probs", "with_delay_penalty"]
+__all__ = ["labels_by_position", "logits_nll", "move_log_probs", "with_delay_penalty"]
 
 
 def with_delay_penalty(
@@ -45,6 +45,13 @@ def with_delay_penalty(
     frame = jnp.arange(emit_lp.shape[1], dtype=emit_lp.dtype)[None, :, None]
     middle = ((frame_lengths.astype(emit_lp.dtype) - 1) / 2)[:, None, None]
     return emit_lp + delay_penalty * (middle - frame)
+
+
+def labels_by_position(labels: jax.Array, blank: int) -> jax.Array:
+    """int [B, U+1]: the label the label move out of position u emits,
+    label u+1 (blank at u = U, which has no label move: the masks drop it)."""
+    last = jnp.full((labels.shape[0], 1), blank, labels.dtype)
+    return jnp.concatenate([labels, last], axis=1)
 
 
 def move_log_probs(

@@ -67,10 +67,9 @@ def _pruned_loss(
     batch = logits.shape[0]
     num_positions = labels.shape[1] + 1
     band, ok = _pruned_band(ranges, frame_lengths, num_positions)
-    # Label u+1 at each kept position u (blank at u = U: no label move).
-    with_end = jnp.concatenate([labels, jnp.full((batch, 1), blank, labels.dtype)], axis=1)
-    flat = jnp.clip(ranges, 0, num_positions - 1).reshape(batch, -1)
-    label_at = jnp.take_along_axis(with_end, flat, axis=1).reshape(ranges.shape)
+    entry = jnp.arange(batch)[:, None, None]
+    by_position = fused.labels_by_position(labels, blank)
+    label_at = by_position[entry, jnp.clip(ranges, 0, num_positions - 1)]  # [B, T, s_range]
     nll = fused.logits_nll(
         logits, label_at, frame_lengths, label_lengths, band, blank, 0.0, delay_penalty
     )

@@ -46,13 +46,6 @@ def _check_inputs(
     return logits, frame_lengths, labels, label_lengths
 
 
-def _label_columns(labels: jax.Array, blank: int) -> jax.Array:
-    """int [B, 1, U+1]: label u+1 at position u (blank at u = U, which has
-    no label move)."""
-    last = jnp.full((labels.shape[0], 1), blank, labels.dtype)
-    return jnp.concatenate([labels, last], axis=1)[:, None, :]
-
-
 @functools.partial(jax.jit, static_argnames=("blank", "fastemit_lambda"))
 def _rnnt_loss(
     logits: jax.Array,
@@ -65,7 +58,7 @@ def _rnnt_loss(
     batch, num_frames, num_positions, _ = logits.shape
     return fused.logits_nll(
         logits,
-        _label_columns(labels, blank),
+        fused.labels_by_position(labels, blank)[:, None, :],
         frame_lengths,
         label_lengths,
         bands.full_grid(batch, num_frames, num_positions),
@@ -133,7 +126,9 @@ def _rnnt_align(
     blank: int,
 ) -> tuple[jax.Array, jax.Array]:
     band = bands.full_grid(*logits.shape[:3])
-    _, blank_lp, emit_lp = fused.move_log_probs(logits, _label_columns(labels, blank), blank)
+    _, blank_lp, emit_lp = fused.move_log_probs(
+        logits, fused.labels_by_position(labels, blank)[:, None, :], blank
+    )
     blank_moves, emit_moves = grid.lattice(band, blank_lp, emit_lp, frame_lengths, label_lengths)
     scores, came_by_label = diagonal_scan.best_forward(
         blank_moves, emit_moves, grid.start(band, logits.dtype)

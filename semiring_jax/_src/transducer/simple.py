@@ -69,13 +69,26 @@ def _label_columns(values: jax.Array, labels: jax.Array) -> jax.Array:
     return jax.vmap(lambda rows, columns: rows[:, columns])(values, labels)
 
 
+def _shifted_exponentials(values: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(exp(values - row max), row max [.., 1]) along V, as k2 shifts them
+    (the max carries no gradient: the results do not depend on it)."""
+    row_max = jax.lax.stop_gradient(jnp.max(values, axis=2, keepdims=True))
+    return jnp.exp(values - row_max), row_max
+
+
+def _label_terms(am: jax.Array, lm: jax.Array, labels: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(am[b, t, labels[b, u]] [B, T, U], lm[b, u, labels[b, u]] [B, U]):
+    the joiner's two parts of each label move."""
+    label_lm = jnp.take_along_axis(lm[:, :-1], labels[:, :, None], axis=2)[..., 0]
+    return _label_columns(am, labels), label_lm
+
+
 def _normalisers(am: jax.Array, lm: jax.Array) -> jax.Array:
     """log Σ_v exp(am[b, t, v] + lm[b, u, v]) [B, T, U+1], as k2 computes it:
     a matrix product of the exponentials shifted by each row's maximum
     (plus the dtype's tiny, so that an all-zero row logs to a finite value)."""
-    am_max = jax.lax.stop_gradient(jnp.max(am, axis=2, keepdims=True))
-    lm_max = jax.lax.stop_gradient(jnp.max(lm, axis=2, keepdims=True))
-    products = jnp.einsum("btv,buv->btu", jnp.exp(am - am_max), jnp.exp(lm - lm_max))
+    (am_probs, am_max), (lm_probs, lm_max) = _shifted_exponentials(am), _shifted_exponentials(lm)
+    products = jnp.einsum("btv,buv->btu", am_probs, lm_probs)
     tiny = jnp.finfo(am.dtype).tiny
     return jnp.log(products + tiny) + am_max + jnp.moveaxis(lm_max, 1, 2)
 
@@ -86,8 +99,7 @@ def simple_moves(
     """(blank, label) move log-probs [B, T, U+1] of the additive joiner."""
     normalisers = _normalisers(am, lm)
     blank_lp = am[:, :, blank][:, :, None] + lm[:, :, blank][:, None, :] - normalisers
-    label_am = _label_columns(am, labels)  # [B, T, U]
-    label_lm = jnp.take_along_axis(lm[:, :-1], labels[:, :, None], axis=2)[..., 0]  # [B, U]
+    label_am, label_lm = _label_terms(am, lm, labels)
     emit_lp = label_am + label_lm[:, None, :] - normalisers[:, :, :-1]
     return blank_lp, _with_last_position(emit_lp)
 
@@ -165,17 +177,14 @@ def _smoothed_moves(
     AM's with a unigram LM (the mean of the LM's distributions over the
     whole padded batch, as k2 takes it), interpolated."""
     blank_lp, emit_lp = simple_moves(am, lm, labels, blank)
-    am_max = jax.lax.stop_gradient(jnp.max(am, axis=2, keepdims=True))
-    lm_max = jax.lax.stop_gradient(jnp.max(lm, axis=2, keepdims=True))
-    am_probs, lm_probs = jnp.exp(am - am_max), jnp.exp(lm - lm_max)
+    (am_probs, am_max), (lm_probs, lm_max) = _shifted_exponentials(am), _shifted_exponentials(lm)
     lm_totals = jnp.sum(lm_probs, axis=2, keepdims=True)  # [B, U+1, 1]
     tiny = jnp.finfo(am.dtype).tiny
     unigram = jnp.mean(lm_probs / lm_totals, axis=(0, 1)) + tiny  # [V]
     am_only_norm = jnp.log(am_probs @ unigram)[:, :, None] + am_max  # [B, T, 1]
     log_unigram = jnp.log(unigram)
     lm_only_norm = jnp.log(lm_totals) + lm_max  # [B, U+1, 1]
-    label_am = _label_columns(am, labels)  # [B, T, U]
-    label_lm = jnp.take_along_axis(lm[:, :-1], labels[:, :, None], axis=2)[..., 0]  # [B, U]
+    label_am, label_lm = _label_terms(am, lm, labels)
     emit_am_only = _with_last_position(label_am + log_unigram[labels][:, None, :] - am_only_norm)
     emit_lm_only = _with_last_position(
         jnp.broadcast_to((label_lm - lm_only_norm[:, :-1, 0])[:, None, :], label_am.shape)

@@ -2,7 +2,8 @@
 
 `scores.cc` runs the forward and backward recursions of acyclic Fsas in one
 pass over the arcs (`tot_score`, `arc_posteriors`); `ctc.cc` runs the CTC
-loss's forward-backward over each utterance's band (`ctc_loss`); `common.h`
+loss's forward-backward over each utterance's band (`ctc_loss`); `rnnt.cc`
+the transducer grid's over a band (the RNN-T losses); `common.h`
 holds their SIMD exp and log and their use of XLA's CPU threads. They are
 compiled once per machine, jaxlib version and source text with the C++
 compiler (`$CXX`, else `c++`), for the building CPU (`-march=native`, and
@@ -11,7 +12,7 @@ the installed jaxlib, so the handlers always match the runtime they are
 loaded into. The library is cached under `$SEMIRING_JAX_CACHE_DIR`, else
 `$XDG_CACHE_HOME/semiring_jax` or `~/.cache/semiring_jax`, or where that
 cannot be written, `semiring_jax-<uid>` in the temporary directory; a
-compile takes about 5 s, and is given `$SEMIRING_JAX_BUILD_TIMEOUT` seconds
+compile takes about 20 s on 2 cores, and is given `$SEMIRING_JAX_BUILD_TIMEOUT` seconds
 (45 by default) in all before the compiler is killed.
 
 Loading a file runs its code, so a cache folder is used (read or built
@@ -66,10 +67,10 @@ __all__ = ["TARGETS", "enabled"]
 _LOG = logging.getLogger(__name__)
 
 _HERE = Path(__file__).parent
-_SOURCES = (_HERE / "scores.cc", _HERE / "ctc.cc")
+_SOURCES = (_HERE / "scores.cc", _HERE / "ctc.cc", _HERE / "rnnt.cc")
 _HEADERS = (_HERE / "common.h",)
 
-# FFI target name -> exported handler symbol (scores.cc, ctc.cc).
+# FFI target name -> exported handler symbol (scores.cc, ctc.cc, rnnt.cc).
 TARGETS = {
     f"semiring_jax_{op}_{dtype}": f"Sj{symbol}{dtype.upper()}"
     for op, symbol in (
@@ -79,6 +80,8 @@ TARGETS = {
         ("tropical_grad", "TropicalGrad"),
         ("ctc_loss", "CtcLoss"),
         ("ctc_grad", "CtcGrad"),
+        ("rnnt_loss", "RnntLoss"),
+        ("rnnt_grad", "RnntGrad"),
     )
     for dtype in ("f32", "f64")
 }
@@ -374,7 +377,7 @@ def _sigterm_unwinds() -> Iterator[None]:
 @functools.cache
 def _announce() -> None:
     _LOG.warning(
-        "semiring_jax: compiling the CPU kernels, once (about 5 s); "
+        "semiring_jax: compiling the CPU kernels, once (about 20 s); "
         "SEMIRING_JAX_CPU_KERNELS=0 skips them"
     )
 

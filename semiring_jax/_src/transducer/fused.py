@@ -85,7 +85,34 @@ def logits_nll(
     """-log P [B] of the band's paths, from logits [B, T, W, V]: +inf
     without a path. `delay_penalty` (k2's) is added to the label moves."""
     args = (logits, label_at, frame_lengths, label_lengths, band)
-    return _forward(*args, blank, fastemit_lambda, delay_penalty)[0]
+    return _value(*args, blank, fastemit_lambda, delay_penalty)
+
+
+def _move_log_probs(
+    logits: jax.Array,
+    label_at: jax.Array,
+    frame_lengths: jax.Array,
+    blank: int,
+    delay_penalty: float,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """`move_log_probs`, the delay penalty added to the label moves."""
+    normaliser, blank_lp, emit_lp = move_log_probs(logits, label_at, blank)
+    return normaliser, blank_lp, with_delay_penalty(emit_lp, frame_lengths, delay_penalty)
+
+
+def _value(
+    logits: jax.Array,
+    label_at: jax.Array,
+    frame_lengths: jax.Array,
+    label_lengths: jax.Array,
+    band: Band,
+    blank: int,
+    fastemit_lambda: float,
+    delay_penalty: float,
+) -> jax.Array:
+    del fastemit_lambda  # it scales the gradient only
+    _, blank_lp, emit_lp = _move_log_probs(logits, label_at, frame_lengths, blank, delay_penalty)
+    return -grid.total(band, blank_lp, emit_lp, frame_lengths, label_lengths)
 
 
 def _forward(
@@ -98,21 +125,23 @@ def _forward(
     fastemit_lambda: float,
     delay_penalty: float,
 ) -> tuple[jax.Array, Any]:
-    normaliser, blank_lp, emit_lp = move_log_probs(logits, label_at, blank)
-    emit_lp = with_delay_penalty(emit_lp, frame_lengths, delay_penalty)
-    (hi, lo), (moves, alpha) = grid.forward(band, blank_lp, emit_lp, frame_lengths, label_lengths)
-    residuals = (logits, label_at, frame_lengths, label_lengths, band, normaliser, moves, alpha)
-    return -(hi + lo), residuals
+    del fastemit_lambda
+    normaliser, blank_lp, emit_lp = _move_log_probs(
+        logits, label_at, frame_lengths, blank, delay_penalty
+    )
+    log_p, posteriors = grid.total_and_posteriors(
+        band, blank_lp, emit_lp, frame_lengths, label_lengths
+    )
+    residuals = (logits, label_at, frame_lengths, label_lengths, band, normaliser, posteriors)
+    return -log_p, residuals
 
 
 def _backward(
     blank: int, fastemit_lambda: float, delay_penalty: float, residuals: Any, cotangent: jax.Array
 ) -> Any:
     del delay_penalty  # a constant: it changes the posteriors, not their derivative
-    logits, label_at, frame_lengths, label_lengths, band, normaliser, moves, alpha = residuals
-    blank_post, emit_post = grid.move_posteriors(
-        band, moves, alpha, frame_lengths, label_lengths, logits.shape[1]
-    )
+    logits, label_at, frame_lengths, label_lengths, band, normaliser, posteriors = residuals
+    blank_post, emit_post = posteriors
     scale = cotangent[:, None, None]
     blank_post, emit_post = blank_post * scale, emit_post * (scale * (1.0 + fastemit_lambda))
     # -∂ log P / ∂ logits, times the cotangent, written once.

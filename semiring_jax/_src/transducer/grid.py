@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from semiring_jax._src.core import compensated
+from semiring_jax._src.kernels import rnnt_ops
 from semiring_jax._src.transducer import band as bands
 from semiring_jax._src.transducer import diagonal_scan
 from semiring_jax._src.transducer.band import Band
@@ -34,9 +35,13 @@ __all__ = [
     "masks",
     "move_posteriors",
     "start",
+    "total",
+    "total_and_posteriors",
 ]
 
 Pair = tuple[jax.Array, jax.Array]
+# The blank and the label moves' arrays, [B, T, W] each.
+Moves = tuple[jax.Array, jax.Array]
 
 
 def masks(
@@ -156,10 +161,64 @@ def forward(
     label_lengths: jax.Array,
 ) -> tuple[Pair, tuple[tuple[jax.Array, jax.Array], Scores]]:
     """(log-likelihood [B] as a pair, (the skewed moves, α)) of a band's
-    move log-probs [B, T, W]."""
+    move log-probs [B, T, W], by the scan."""
     moves = lattice(band, blank_lp, emit_lp, frame_lengths, label_lengths)
     alpha = diagonal_scan.forward(*moves, start(band, blank_lp.dtype), band.blank_from)
     return log_likelihood(band, alpha, frame_lengths, label_lengths), (moves, alpha)
+
+
+def _scan_posteriors(moves: Moves, aux: tuple[Any, ...]) -> tuple[jax.Array, Moves]:
+    """(log P [B], the moves' posteriors [B, T, W]) by the scans: the
+    kernel's reference, differentiable by autodiff."""
+    _, frame_lengths, label_lengths, band = aux
+    (hi, lo), (skewed, alpha) = forward(band, *moves, frame_lengths, label_lengths)
+    posteriors = move_posteriors(
+        band, skewed, alpha, frame_lengths, label_lengths, moves[0].shape[1]
+    )
+    return hi + lo, posteriors
+
+
+def _kernel_aux(
+    band: Band, blank_lp: jax.Array, frame_lengths: jax.Array, label_lengths: jax.Array
+) -> tuple[Any, ...]:
+    """(starts [B, T + 1], lengths..., band): the kernel's and the scan's inputs."""
+    starts = band.starts
+    if starts is None:
+        starts = jnp.zeros((blank_lp.shape[0], blank_lp.shape[1] + 1), jnp.int32)
+    return starts, frame_lengths, label_lengths, band
+
+
+def total(
+    band: Band,
+    blank_lp: jax.Array,
+    emit_lp: jax.Array,
+    frame_lengths: jax.Array,
+    label_lengths: jax.Array,
+) -> jax.Array:
+    """log P [B] of a band's move log-probs [B, T, W] (-inf without a
+    path), by the CPU kernel where it serves, else the scan. For values
+    only: gradients come from `total_and_posteriors`."""
+    if rnnt_ops.usable(blank_lp):
+        aux = _kernel_aux(band, blank_lp, frame_lengths, label_lengths)
+        return rnnt_ops.log_likelihood((blank_lp, emit_lp), aux)
+    (hi, lo), _ = forward(band, blank_lp, emit_lp, frame_lengths, label_lengths)
+    return hi + lo
+
+
+def total_and_posteriors(
+    band: Band,
+    blank_lp: jax.Array,
+    emit_lp: jax.Array,
+    frame_lengths: jax.Array,
+    label_lengths: jax.Array,
+) -> tuple[jax.Array, Moves]:
+    """(log P [B], the posteriors of the blank and the label move out of
+    each cell [B, T, W], 0 without a path), by the CPU kernel where it
+    serves (differentiable through the scan's), else the scans."""
+    aux = _kernel_aux(band, blank_lp, frame_lengths, label_lengths)
+    if rnnt_ops.usable(blank_lp):
+        return rnnt_ops.log_likelihood_and_posteriors(_scan_posteriors, (blank_lp, emit_lp), aux)
+    return _scan_posteriors((blank_lp, emit_lp), aux)
 
 
 @jax.custom_vjp
@@ -173,7 +232,7 @@ def lattice_nll(
     """-log of the sum over the band's paths [B], from the blank and label
     move log-probs [B, T, W] (read only inside each utterance's grid);
     +inf without a path. Its gradient is minus the moves' posteriors."""
-    return _lattice_forward(blank_lp, emit_lp, frame_lengths, label_lengths, band)[0]
+    return -total(band, blank_lp, emit_lp, frame_lengths, label_lengths)
 
 
 def _lattice_forward(
@@ -183,15 +242,12 @@ def _lattice_forward(
     label_lengths: jax.Array,
     band: Band,
 ) -> tuple[jax.Array, Any]:
-    (hi, lo), (moves, alpha) = forward(band, blank_lp, emit_lp, frame_lengths, label_lengths)
-    return -(hi + lo), (moves, alpha, frame_lengths, label_lengths, band)
+    log_p, posteriors = total_and_posteriors(band, blank_lp, emit_lp, frame_lengths, label_lengths)
+    return -log_p, (posteriors, frame_lengths, label_lengths, band)
 
 
 def _lattice_backward(residuals: Any, cotangent: jax.Array) -> Any:
-    moves, alpha, frame_lengths, label_lengths, band = residuals
-    blank_post, emit_post = move_posteriors(
-        band, moves, alpha, frame_lengths, label_lengths, band.num_frames
-    )
+    (blank_post, emit_post), frame_lengths, label_lengths, band = residuals
     has_blank, has_label = masks(band, blank_post.shape, frame_lengths, label_lengths)
     scale = -cotangent[:, None, None]
     blank_grad = jnp.where(has_blank, blank_post * scale, 0.0)

@@ -54,9 +54,8 @@ def _prune_ranges(
 ) -> jax.Array:
     blank_lp, emit_lp = simple_moves(am, lm, labels, blank)
     band = bands.full_grid(*blank_lp.shape)
-    _, (moves, alpha) = grid.forward(band, blank_lp, emit_lp, frame_lengths, label_lengths)
-    blank_post, emit_post = grid.move_posteriors(
-        band, moves, alpha, frame_lengths, label_lengths, am.shape[1]
+    _, (blank_post, emit_post) = grid.total_and_posteriors(
+        band, blank_lp, emit_lp, frame_lengths, label_lengths
     )
     num_positions = blank_post.shape[2]
     starts = num_positions - s_range + 1

@@ -49,9 +49,7 @@ def _scan_path(band, blank_lp, emit_lp, frame_lengths, label_lengths):
 
 
 def _both(band, *args):
-    return [
-        [np.asarray(x) for x in path(band, *args)] for path in (_kernel_path, _scan_path)
-    ]
+    return [[np.asarray(x) for x in path(band, *args)] for path in (_kernel_path, _scan_path)]
 
 
 @st.composite
@@ -125,7 +123,10 @@ def test_kernel_is_used_and_its_second_derivatives_are_the_scans():
 
 
 def test_nan_in_gives_nan_out_and_minus_inf_moves_no_path():
-    frame_lengths, label_lengths = np.array([3, 3, 3, 2], np.int32), np.array([2, 2, 2, 1], np.int32)
+    frame_lengths, label_lengths = (
+        np.array([3, 3, 3, 2], np.int32),
+        np.array([2, 2, 2, 1], np.int32),
+    )
     blank_lp = np.full((4, 3, 3), -1.0)
     emit_lp = np.full((4, 3, 3), -1.0)
     blank_lp[0, 0, 1] = np.nan  # on the grid: NaN
@@ -159,3 +160,16 @@ def test_batches_split_between_threads_match_the_scan(dtype):
     (value, grad), (scan_value, scan_grad) = both_paths(loss_and_grad, logits)
     np.testing.assert_allclose(value, scan_value, rtol=TOL[dtype]["rtol"])
     np.testing.assert_allclose(grad, scan_grad, atol=1e-5 if dtype == "float32" else 1e-12)
+
+
+def test_traced_ranges_far_past_the_grid_cost_no_memory():
+    # Starts and lengths are clamped to the grid: the kernel's memory stays
+    # T (U + W) whatever traced ranges hold; such a band keeps no path.
+    rng = np.random.default_rng(6)
+    logits = jnp.asarray(rng.normal(size=(2, 4, 2, 5)))
+    lengths = (jnp.asarray([4, 4]), jnp.asarray([[1, 2], [3, 4]]), jnp.asarray([2, 2]))
+    huge = jnp.full((2, 4, 2), 2**30, jnp.int32) + jnp.arange(2, dtype=jnp.int32)[None, None, :]
+    ranges = huge.at[1].set(jnp.asarray([[0, 1], [0, 1], [1, 2], [1, 2]], jnp.int32))
+    loss = jax.jit(lambda x, r: sj.rnnt_loss_pruned(x, *lengths, r))
+    for value in both_paths(loss, logits, ranges):
+        assert value[0] == np.inf and np.isfinite(value[1])

@@ -5,10 +5,12 @@
 // Shapes: blank, emit [B, T, W] (f32 or f64: one handler per dtype), the
 // log-probs of the blank and of the label move out of cell (t, k), node
 // (t, s_t + k); starts [B, T + 1] (s_t; row T unused), frame_lengths [B],
-// label_lengths [B] (int32). A cell is read only inside its utterance's
-// grid: t < T_b and u = s_t + k <= U_b (the label move only for u < U_b).
-// Starts are made non-decreasing (their running maximum): the callers pass
-// them so, and mark utterances whose ranges were not.
+// label_lengths [B] (int32); the attribute num_positions is U + 1. A cell
+// is read only inside its utterance's grid: t < T_b and u = s_t + k <= U_b
+// (the label move only for u < U_b). Lengths are clamped to [0, T] and
+// [0, U], starts to [0, U + 1], so memory is bounded by T (U + W) whatever
+// they hold; starts are made non-decreasing (their running maximum): the
+// callers pass them so, and mark utterances whose ranges were not.
 //
 //   SjRnntLoss:  log P [B] (-inf without a path).
 //   SjRnntGrad:  log P [B] and the posteriors of the blank and the label
@@ -76,12 +78,12 @@ void LogAddRow(int64_t n, const double* a, const double* b, double* out) {
 }
 
 struct Sizes {
-  int64_t batch = 0, frames = 0, width = 0;
+  int64_t batch = 0, frames = 0, width = 0, max_labels = 0;  // U
 };
 
 template <typename F, typename I>
 ffi::Error GetSizes(const F& blank, const F& emit, const I& starts, const I& frame_lengths,
-                    const I& label_lengths, Sizes* z) {
+                    const I& label_lengths, int64_t num_positions, Sizes* z) {
   auto dims = blank.dimensions();
   auto emit_dims = emit.dimensions();
   auto start_dims = starts.dimensions();
@@ -99,7 +101,8 @@ ffi::Error GetSizes(const F& blank, const F& emit, const I& starts, const I& fra
       label_lengths.element_count() != static_cast<size_t>(z->batch)) {
     return Fail("starts or the lengths do not match blank's [B, T, W]");
   }
-  if (z->width < 1) return Fail("the band has no positions");
+  if (z->width < 1 || num_positions < 1) return Fail("the band has no positions");
+  z->max_labels = num_positions - 1;
   return ffi::Error::Success();
 }
 
@@ -124,7 +127,7 @@ Skewed Layout(const Sizes& z, int64_t b, const I& starts, const I& frame_lengths
               const I& label_lengths) {
   Skewed s;
   s.length = std::clamp<int64_t>(frame_lengths.typed_data()[b], 0, z.frames);
-  s.labels = std::max<int64_t>(label_lengths.typed_data()[b], 0);
+  s.labels = std::clamp<int64_t>(label_lengths.typed_data()[b], 0, z.max_labels);
   s.rows = s.length > 0 ? s.length + s.labels : 0;
   s.padded = (z.width + 8) / 8 * 8;
   s.stride = s.padded + 2;
@@ -132,7 +135,7 @@ Skewed Layout(const Sizes& z, int64_t b, const I& starts, const I& frame_lengths
   const int32_t* row = starts.typed_data() + b * (z.frames + 1);
   int64_t previous = 0;
   for (int64_t t = 0; t < s.length; ++t) {
-    previous = std::max<int64_t>(previous, row[t]);
+    previous = std::clamp<int64_t>(row[t], previous, z.max_labels + 1);
     s.start[t] = previous;
   }
   return s;
@@ -331,10 +334,11 @@ double RunOne(const Sizes& z, const T* blank, const T* emit, Skewed* s, T* blank
 
 template <ffi::DataType D>
 ffi::Error RnntLoss(ffi::ThreadPool pool, Floats<D> blank, Floats<D> emit, Ints starts,
-                    Ints frame_lengths, Ints label_lengths, ffi::ResultBuffer<D> log_p) {
+                    Ints frame_lengths, Ints label_lengths, int64_t num_positions,
+                    ffi::ResultBuffer<D> log_p) {
   using T = ffi::NativeType<D>;
   Sizes z;
-  if (auto error = GetSizes(blank, emit, starts, frame_lengths, label_lengths, &z);
+  if (auto error = GetSizes(blank, emit, starts, frame_lengths, label_lengths, num_positions, &z);
       error.failure()) {
     return error;
   }
@@ -350,11 +354,12 @@ ffi::Error RnntLoss(ffi::ThreadPool pool, Floats<D> blank, Floats<D> emit, Ints 
 
 template <ffi::DataType D>
 ffi::Error RnntGrad(ffi::ThreadPool pool, Floats<D> blank, Floats<D> emit, Ints starts,
-                    Ints frame_lengths, Ints label_lengths, ffi::ResultBuffer<D> log_p,
-                    ffi::ResultBuffer<D> blank_post, ffi::ResultBuffer<D> emit_post) {
+                    Ints frame_lengths, Ints label_lengths, int64_t num_positions,
+                    ffi::ResultBuffer<D> log_p, ffi::ResultBuffer<D> blank_post,
+                    ffi::ResultBuffer<D> emit_post) {
   using T = ffi::NativeType<D>;
   Sizes z;
-  if (auto error = GetSizes(blank, emit, starts, frame_lengths, label_lengths, &z);
+  if (auto error = GetSizes(blank, emit, starts, frame_lengths, label_lengths, num_positions, &z);
       error.failure()) {
     return error;
   }
@@ -379,7 +384,8 @@ auto Inputs() {
       .template Arg<Floats<D>>()  // emit [B, T, W]
       .template Arg<Ints>()       // starts [B, T + 1]
       .template Arg<Ints>()       // frame_lengths [B]
-      .template Arg<Ints>();      // label_lengths [B]
+      .template Arg<Ints>()       // label_lengths [B]
+      .template Attr<int64_t>("num_positions");  // U + 1
 }
 
 }  // namespace

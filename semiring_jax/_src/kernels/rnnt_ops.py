@@ -45,20 +45,21 @@ def _int32(aux: Aux) -> tuple[jax.Array, jax.Array, jax.Array]:
     return starts, frame_lengths, label_lengths
 
 
-def log_likelihood(moves: Moves, aux: Aux) -> jax.Array:
-    """log P [B] by the forward kernel (-inf without a path); not
-    differentiable by JAX (callers differentiate through the posteriors)."""
+def log_likelihood(moves: Moves, aux: Aux, num_positions: int) -> jax.Array:
+    """log P [B] by the forward kernel (-inf without a path), for a grid of
+    U + 1 = `num_positions` label positions; not differentiable by JAX
+    (callers differentiate through the posteriors)."""
     blank_lp, emit_lp = moves
     call = jax.ffi.ffi_call(
         _target("loss", blank_lp.dtype),
         jax.ShapeDtypeStruct(blank_lp.shape[:1], blank_lp.dtype),
         vmap_method="sequential",
     )
-    return call(blank_lp, emit_lp.astype(blank_lp.dtype), *_int32(aux))
+    return call(blank_lp, emit_lp.astype(blank_lp.dtype), *_int32(aux), num_positions=num_positions)
 
 
 @functools.cache
-def _op(reference: derivatives.ValueAndGrad) -> derivatives.KernelOp:
+def _op(reference: derivatives.ValueAndGrad, num_positions: int) -> derivatives.KernelOp:
     """The posteriors kernel and its reference; cached, so that traces share
     one static argument."""
 
@@ -70,17 +71,20 @@ def _op(reference: derivatives.ValueAndGrad) -> derivatives.KernelOp:
             (jax.ShapeDtypeStruct(blank_lp.shape[:1], blank_lp.dtype), shape, shape),
             vmap_method="sequential",
         )
-        log_p, blank_post, emit_post = call(blank_lp, emit_lp.astype(blank_lp.dtype), *_int32(aux))
+        log_p, blank_post, emit_post = call(
+            blank_lp, emit_lp.astype(blank_lp.dtype), *_int32(aux), num_positions=num_positions
+        )
         return log_p, (blank_post, emit_post)
 
     return derivatives.KernelOp(kernel, reference)
 
 
 def log_likelihood_and_posteriors(
-    reference: derivatives.ValueAndGrad, moves: Moves, aux: Aux
+    reference: derivatives.ValueAndGrad, moves: Moves, aux: Aux, num_positions: int
 ) -> tuple[jax.Array, Moves]:
     """(log P [B], the posteriors of the blank and the label moves
     [B, T, W]: ∂ log P / ∂ moves) by the kernel; differentiable through
     `reference`, the scan's (log P, posteriors)."""
-    result: tuple[jax.Array, Moves] = derivatives.kernel(_op(reference), moves, aux)
+    op = _op(reference, num_positions)
+    result: tuple[jax.Array, Moves] = derivatives.kernel(op, moves, aux)
     return result

@@ -188,6 +188,11 @@ def _kernel_aux(
     return starts, frame_lengths, label_lengths, band
 
 
+def _num_positions(band: Band) -> int:
+    """U + 1: the layout has T + U + 1 diagonals."""
+    return band.frame.shape[0] - band.num_frames
+
+
 def total(
     band: Band,
     blank_lp: jax.Array,
@@ -200,7 +205,7 @@ def total(
     only: gradients come from `total_and_posteriors`."""
     if rnnt_ops.usable(blank_lp):
         aux = _kernel_aux(band, blank_lp, frame_lengths, label_lengths)
-        return rnnt_ops.log_likelihood((blank_lp, emit_lp), aux)
+        return rnnt_ops.log_likelihood((blank_lp, emit_lp), aux, _num_positions(band))
     (hi, lo), _ = forward(band, blank_lp, emit_lp, frame_lengths, label_lengths)
     return hi + lo
 
@@ -217,7 +222,9 @@ def total_and_posteriors(
     serves (differentiable through the scan's), else the scans."""
     aux = _kernel_aux(band, blank_lp, frame_lengths, label_lengths)
     if rnnt_ops.usable(blank_lp):
-        return rnnt_ops.log_likelihood_and_posteriors(_scan_posteriors, (blank_lp, emit_lp), aux)
+        return rnnt_ops.log_likelihood_and_posteriors(
+            _scan_posteriors, (blank_lp, emit_lp), aux, _num_positions(band)
+        )
     return _scan_posteriors((blank_lp, emit_lp), aux)
 
 

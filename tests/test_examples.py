@@ -108,7 +108,7 @@ def test_ctc_training_learns_to_decode():
 
 def test_rnnt_training_with_the_pruned_loss_learns():
     # A short run: warm-up on the simple loss, then simple + pruned.
-    stdout = _run_script("rnnt_training", "--steps", "100", "--warmup", "40")
+    stdout = _run_script("rnnt_training", "--steps", "60", "--warmup", "25")
     first, last = _losses(stdout)
     assert last < 0.5 * first, (first, last)
     assert "greedy decode" in stdout

@@ -5,7 +5,7 @@ On a single CPU device the transducer losses run the kernel; elsewhere the
 scans of `transducer/diagonal_scan.py`. Both must give the same
 log-likelihoods and move posteriors (the gradients), the same -inf, NaN
 and zeros, and the same second derivatives. The enumeration tests of
-`tests/transducer` check both paths against brute force too.
+`tests/transducer` check the path this machine runs against brute force.
 """
 
 import jax
@@ -78,7 +78,7 @@ def band_inputs(draw):
     return band, *moves, frame_lengths.astype(np.int32), label_lengths.astype(np.int32)
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(inputs=band_inputs(), dtype=st.sampled_from(["float32", "float64"]))
 def test_kernel_matches_the_scan_on_any_band(inputs, dtype):
     band, blank_lp, emit_lp, frame_lengths, label_lengths = inputs

@@ -332,10 +332,13 @@ double RunOne(const Sizes& z, const T* blank, const T* emit, Skewed* s, T* blank
   return log_p;
 }
 
+// Every utterance of a batch on XLA's threads: log_p [B], and where
+// blank_post and emit_post are not null, the posteriors [B, T, W].
 template <ffi::DataType D>
-ffi::Error RnntLoss(ffi::ThreadPool pool, Floats<D> blank, Floats<D> emit, Ints starts,
-                    Ints frame_lengths, Ints label_lengths, int64_t num_positions,
-                    ffi::ResultBuffer<D> log_p) {
+ffi::Error RunBatch(ffi::ThreadPool& pool, const Floats<D>& blank, const Floats<D>& emit,
+                    const Ints& starts, const Ints& frame_lengths, const Ints& label_lengths,
+                    int64_t num_positions, ffi::NativeType<D>* log_p,
+                    ffi::NativeType<D>* blank_post, ffi::NativeType<D>* emit_post) {
   using T = ffi::NativeType<D>;
   Sizes z;
   if (auto error = GetSizes(blank, emit, starts, frame_lengths, label_lengths, num_positions, &z);
@@ -347,9 +350,19 @@ ffi::Error RnntLoss(ffi::ThreadPool pool, Floats<D> blank, Floats<D> emit, Ints 
     Skewed s = Layout(z, b, starts, frame_lengths, label_lengths);
     const T* blank_b = blank.typed_data() + b * per_entry;
     const T* emit_b = emit.typed_data() + b * per_entry;
-    log_p->typed_data()[b] = static_cast<T>(RunOne<T>(z, blank_b, emit_b, &s, nullptr, nullptr));
+    T* blank_post_b = blank_post != nullptr ? blank_post + b * per_entry : nullptr;
+    T* emit_post_b = emit_post != nullptr ? emit_post + b * per_entry : nullptr;
+    log_p[b] = static_cast<T>(RunOne<T>(z, blank_b, emit_b, &s, blank_post_b, emit_post_b));
   });
   return ffi::Error::Success();
+}
+
+template <ffi::DataType D>
+ffi::Error RnntLoss(ffi::ThreadPool pool, Floats<D> blank, Floats<D> emit, Ints starts,
+                    Ints frame_lengths, Ints label_lengths, int64_t num_positions,
+                    ffi::ResultBuffer<D> log_p) {
+  return RunBatch<D>(pool, blank, emit, starts, frame_lengths, label_lengths, num_positions,
+                     log_p->typed_data(), nullptr, nullptr);
 }
 
 template <ffi::DataType D>
@@ -357,23 +370,8 @@ ffi::Error RnntGrad(ffi::ThreadPool pool, Floats<D> blank, Floats<D> emit, Ints 
                     Ints frame_lengths, Ints label_lengths, int64_t num_positions,
                     ffi::ResultBuffer<D> log_p, ffi::ResultBuffer<D> blank_post,
                     ffi::ResultBuffer<D> emit_post) {
-  using T = ffi::NativeType<D>;
-  Sizes z;
-  if (auto error = GetSizes(blank, emit, starts, frame_lengths, label_lengths, num_positions, &z);
-      error.failure()) {
-    return error;
-  }
-  const int64_t per_entry = z.frames * z.width;
-  ForEntries(pool, z.batch, per_entry, [&](int64_t b) {
-    Skewed s = Layout(z, b, starts, frame_lengths, label_lengths);
-    const T* blank_b = blank.typed_data() + b * per_entry;
-    const T* emit_b = emit.typed_data() + b * per_entry;
-    T* blank_post_b = blank_post->typed_data() + b * per_entry;
-    T* emit_post_b = emit_post->typed_data() + b * per_entry;
-    log_p->typed_data()[b] =
-        static_cast<T>(RunOne<T>(z, blank_b, emit_b, &s, blank_post_b, emit_post_b));
-  });
-  return ffi::Error::Success();
+  return RunBatch<D>(pool, blank, emit, starts, frame_lengths, label_lengths, num_positions,
+                     log_p->typed_data(), blank_post->typed_data(), emit_post->typed_data());
 }
 
 template <ffi::DataType D>

@@ -27,12 +27,7 @@ Lengths = tuple[jax.Array, jax.Array, jax.Array]
 
 def usable(log_probs: jax.Array) -> bool:
     """Whether the kernel serves these inputs (trace time)."""
-    dtype = jnp.dtype(log_probs.dtype)
-    return dtype in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)) and loader.enabled()
-
-
-def _target(what: str, dtype: jnp.dtype) -> str:
-    return f"semiring_jax_ctc_{what}_{'f32' if dtype == jnp.float32 else 'f64'}"
+    return loader.serves(log_probs.dtype)
 
 
 def _int32(aux: Lengths) -> Lengths:
@@ -44,7 +39,7 @@ def log_likelihood(blank: int, log_probs: jax.Array, aux: Lengths) -> jax.Array:
     """log Z [B] by the forward kernel (-inf where infeasible); not
     differentiable by JAX (callers wrap it in `derivatives.score`)."""
     call = jax.ffi.ffi_call(
-        _target("loss", log_probs.dtype),
+        loader.target("ctc_loss", log_probs.dtype),
         jax.ShapeDtypeStruct(log_probs.shape[:1], log_probs.dtype),
         vmap_method="sequential",
     )
@@ -58,7 +53,7 @@ def _op(blank: int, reference: derivatives.ValueAndGrad) -> derivatives.KernelOp
 
     def kernel(log_probs: jax.Array, aux: Lengths) -> tuple[jax.Array, jax.Array]:
         call = jax.ffi.ffi_call(
-            _target("grad", log_probs.dtype),
+            loader.target("ctc_grad", log_probs.dtype),
             (
                 jax.ShapeDtypeStruct(log_probs.shape[:1], log_probs.dtype),
                 jax.ShapeDtypeStruct(log_probs.shape, log_probs.dtype),

@@ -61,14 +61,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import jax
+import numpy as np
+import numpy.typing as npt
 
-__all__ = ["TARGETS", "enabled"]
+__all__ = ["TARGETS", "enabled", "serves", "target"]
 
 _LOG = logging.getLogger(__name__)
 
 _HERE = Path(__file__).parent
 _SOURCES = (_HERE / "scores.cc", _HERE / "ctc.cc", _HERE / "rnnt.cc")
 _HEADERS = (_HERE / "common.h",)
+
+# The dtypes the handlers take, by the suffix of their names.
+_DTYPES = {"float32": "f32", "float64": "f64"}
 
 # FFI target name -> exported handler symbol (scores.cc, ctc.cc, rnnt.cc).
 TARGETS = {
@@ -83,7 +88,7 @@ TARGETS = {
         ("rnnt_loss", "RnntLoss"),
         ("rnnt_grad", "RnntGrad"),
     )
-    for dtype in ("f32", "f64")
+    for dtype in _DTYPES.values()
 }
 
 # Warnings on: the sources compile cleanly with them (a test builds with
@@ -452,6 +457,18 @@ def _load() -> bool:
         )
         return False
     return True
+
+
+def target(op: str, dtype: npt.DTypeLike) -> str:
+    """The FFI target of kernel `op` (e.g. "ctc_grad") for inputs of
+    `dtype`, float32 or float64: a key of `TARGETS`."""
+    return f"semiring_jax_{op}_{_DTYPES[np.dtype(dtype).name]}"
+
+
+def serves(dtype: npt.DTypeLike) -> bool:
+    """Whether the kernels serve inputs of `dtype` in what is traced now:
+    float32 or float64, and `enabled()`."""
+    return np.dtype(dtype).name in _DTYPES and enabled()
 
 
 def enabled() -> bool:

@@ -32,12 +32,7 @@ Moves = tuple[jax.Array, jax.Array]
 
 def usable(moves: jax.Array) -> bool:
     """Whether the kernel serves these inputs (trace time)."""
-    dtype = jnp.dtype(moves.dtype)
-    return dtype in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)) and loader.enabled()
-
-
-def _target(what: str, dtype: jnp.dtype) -> str:
-    return f"semiring_jax_rnnt_{what}_{'f32' if dtype == jnp.float32 else 'f64'}"
+    return loader.serves(moves.dtype)
 
 
 def _int32(aux: Aux) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -51,7 +46,7 @@ def log_likelihood(moves: Moves, aux: Aux, num_positions: int) -> jax.Array:
     (callers differentiate through the posteriors)."""
     blank_lp, emit_lp = moves
     call = jax.ffi.ffi_call(
-        _target("loss", blank_lp.dtype),
+        loader.target("rnnt_loss", blank_lp.dtype),
         jax.ShapeDtypeStruct(blank_lp.shape[:1], blank_lp.dtype),
         vmap_method="sequential",
     )
@@ -67,7 +62,7 @@ def _op(reference: derivatives.ValueAndGrad, num_positions: int) -> derivatives.
         blank_lp, emit_lp = moves
         shape = jax.ShapeDtypeStruct(blank_lp.shape, blank_lp.dtype)
         call = jax.ffi.ffi_call(
-            _target("grad", blank_lp.dtype),
+            loader.target("rnnt_grad", blank_lp.dtype),
             (jax.ShapeDtypeStruct(blank_lp.shape[:1], blank_lp.dtype), shape, shape),
             vmap_method="sequential",
         )

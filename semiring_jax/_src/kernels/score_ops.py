@@ -33,15 +33,11 @@ Aux = tuple[Schedule, ArrayLeaf]  # (schedule, src [A])
 
 def usable(semiring: Semiring, weight: ArrayLeaf) -> bool:
     """Whether the kernels serve this semiring and dtype (trace time)."""
-    return (
-        semiring.arithmetic is not None
-        and jnp.dtype(weight.dtype) in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64))
-        and loader.enabled()
-    )
+    return semiring.arithmetic is not None and loader.serves(weight.dtype)
 
 
 def _target(semiring: Semiring, what: str, dtype: jnp.dtype) -> str:
-    return f"semiring_jax_{semiring.arithmetic}_{what}_{'f32' if dtype == jnp.float32 else 'f64'}"
+    return loader.target(f"{semiring.arithmetic}_{what}", dtype)
 
 
 def _tables(schedule: Schedule) -> tuple[jax.Array, ...]:

@@ -239,12 +239,11 @@ void Backward(const Sizes& z, const Skewed& s, double* blank_out, double* emit_o
   std::fill(gathered, gathered + s.padded, kNegInf<double>);
   std::fill(shifted, shifted + s.padded, kNegInf<double>);
   // The end node's blank leaves the grid: β after it is 0 (log 1).
-  const int64_t end = Cell(s, last, EndPosition(s));
+  const int64_t end_k = EndPosition(s), last_row = Cell(s, last, 0), end = last_row + end_k;
   beta[end] = blank_out[end];
-  gathered[EndPosition(s)] = blank_out[end];
-  PosteriorRow<Float>(s.padded, alpha + Cell(s, last, 0), gathered, log_p,
-                      blank_out + Cell(s, last, 0));
-  std::fill(emit_out + Cell(s, last, 0), emit_out + Cell(s, last, 0) + s.padded, 0.0);
+  gathered[end_k] = blank_out[end];
+  PosteriorRow<Float>(s.padded, alpha + last_row, gathered, log_p, blank_out + last_row);
+  std::fill(emit_out + last_row, emit_out + last_row + s.padded, 0.0);
   for (int64_t n = last - 1; n >= 0; --n) {
     const int64_t here = Cell(s, n, 0), after = Cell(s, n + 1, 0);
     for (int64_t k = 0; k < W; ++k) {

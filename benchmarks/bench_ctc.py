@@ -79,6 +79,7 @@ import sys
 import time
 from collections.abc import Callable
 
+import denominator
 import numpy as np
 from timing import Reps, first_call_seconds, interleaved_medians
 
@@ -148,53 +149,28 @@ class DenseInputs:
 
 
 def make_dense_inputs() -> DenseInputs:
-    """A random cyclic graph: a Hamiltonian cycle 0 -> ... -> S-1 -> 0 (so it
-    is strongly connected) plus uniform random arcs, self-loops included;
-    labels uniform in [0, V); weights log-normalised over each state's out-arcs
-    (transition log-probabilities, as in an LF-MMI denominator graph); start 0,
-    `finals` random final states with weight 0. Emissions are log_softmax of
-    N(0, 1) logits; lengths uniform in [ceil(0.8 T), T], one of length T."""
+    """The graph of `denominator.random_graph` (start 0, `finals` final
+    states). Emissions are log_softmax of N(0, 1) logits; lengths uniform in
+    [ceil(0.8 T), T], one of length T."""
     d = DENSE
     rng = np.random.default_rng([SEED, 100])
-    s, a = d["states"], d["arcs"]
-    ring = np.concatenate([[0], 1 + rng.permutation(s - 1)])
-    src = np.concatenate([ring, rng.integers(0, s, a - s)])
-    dst = np.concatenate([np.roll(ring, -1), rng.integers(0, s, a - s)])
-    label = rng.integers(0, d["vocab"], a)
-    raw = rng.standard_normal(a)
-    norm = np.full(s, -np.inf)
-    np.logaddexp.at(norm, src, raw)
-    weight = raw - norm[src]
-    arcs = np.stack([src, dst, label, weight], axis=1)
-    final = sorted(rng.choice(np.arange(1, s), d["finals"], replace=False).tolist())
+    graph = denominator.random_graph(rng, d["states"], d["arcs"], d["vocab"], d["finals"])
+    arcs = np.stack([graph.src, graph.dst, graph.label, graph.weight], axis=1)
     logits = rng.standard_normal((d["batch"], d["frames"], d["vocab"]))
     emissions = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
     lengths = rng.integers(math.ceil(0.8 * d["frames"]), d["frames"] + 1, d["batch"])
     lengths[0] = d["frames"]
-    return DenseInputs(arcs, final, emissions.astype(np.float32), lengths.astype(np.int32))
+    return DenseInputs(
+        arcs, graph.final.tolist(), emissions.astype(np.float32), lengths.astype(np.int32)
+    )
 
 
 def numpy_dense_total(inp: DenseInputs) -> np.ndarray:
     """Reference LOG totals [B] in float64: per-frame forward over the arcs."""
-    src, dst = inp.arcs[:, 0].astype(np.int64), inp.arcs[:, 1].astype(np.int64)
-    label, weight = inp.arcs[:, 2].astype(np.int64), inp.arcs[:, 3]
-    b, t, _ = inp.emissions.shape
-    s = DENSE["states"]
-    em = inp.emissions.astype(np.float64)
-    alpha = np.full((b, s), -np.inf)
-    alpha[:, 0] = 0.0
-    for f in range(t):
-        scores = alpha[:, src] + weight + em[:, f, label]  # [B, A]
-        peak = np.full((b, s), -np.inf)
-        np.maximum.at(peak.T, dst, scores.T)
-        safe = np.where(np.isfinite(peak), peak, 0.0)
-        acc = np.zeros((b, s))
-        np.add.at(acc.T, dst, np.exp(scores - safe[:, dst]).T)
-        with np.errstate(divide="ignore"):
-            new = np.log(acc) + safe
-        active = (f < inp.lengths)[:, None]
-        alpha = np.where(active, new, alpha)
-    return np.logaddexp.reduce(alpha[:, inp.final], axis=1)
+    src, dst, label = (inp.arcs[:, i].astype(np.int64) for i in range(3))
+    final = np.asarray(inp.final)
+    graph = denominator.Graph(src, dst, label, inp.arcs[:, 3], final, DENSE["states"])
+    return denominator.numpy_log_totals(graph, inp.emissions, inp.lengths)
 
 
 # -- contestants -----------------------------------------------------------------------

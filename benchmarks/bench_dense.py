@@ -10,14 +10,15 @@ emissions, with one shared random cyclic graph, against, in the same run:
     emissions[t, label] per arc and reduces per destination state with
     `jax.ops.segment_max` / `segment_sum`, vmapped over the batch and
     differentiated by autodiff;
-  * numpy: a float64 per-frame forward over the arcs (value only, once),
-    for scale and as the values' reference.
+  * numpy: a float64 per-frame forward over the arcs, batched
+    (`denominator.numpy_log_totals`; value only, once), for scale and as
+    the values' reference.
 
 Workloads: a 500-state / 5,000-arc graph at (B, T, V) = (16, 500, 256), and
 a 5,000-state / 50,000-arc one at (8, 300, 2,000) (a realistic chain
-denominator). Graphs: a Hamiltonian cycle (strongly connected) plus uniform
-random arcs, weights log-normalised per state (transition log-probs), 10
-final states; emissions log_softmax of N(0, 1) logits; lengths in
+denominator). Graphs: `denominator.random_graph` (a Hamiltonian cycle plus
+uniform random arcs, weights log-normalised per state), 10 final states;
+emissions log_softmax of N(0, 1) logits; lengths in
 [0.8 T, T]. Prints medians, ns per arc-frame (time / (B T A)), ratios
 (> 1: ours faster) and XLA's temporary buffers for each compiled program.
 
@@ -33,6 +34,7 @@ import dataclasses
 import math
 import time
 
+import denominator
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -51,71 +53,29 @@ REPS = Reps(min_runs=3, max_runs=7, budget_s=6.0)
 
 @dataclasses.dataclass
 class Inputs:
-    src: np.ndarray  # int32 [A]
-    dst: np.ndarray
-    label: np.ndarray
-    weight: np.ndarray  # float32 [A]
-    final: np.ndarray  # int [F]
+    graph: denominator.Graph
     emissions: np.ndarray  # float32 [B, T, V]
     lengths: np.ndarray  # int32 [B]
-    states: int
 
 
 def make_inputs(index: int) -> Inputs:
     w = WORKLOADS[index]
     rng = np.random.default_rng([SEED, index])
-    s, a = w["states"], w["arcs"]
-    ring = np.concatenate([[0], 1 + rng.permutation(s - 1)])
-    src = np.concatenate([ring, rng.integers(0, s, a - s)])
-    dst = np.concatenate([np.roll(ring, -1), rng.integers(0, s, a - s)])
-    label = rng.integers(0, w["vocab"], a)
-    raw = rng.standard_normal(a)
-    norm = np.full(s, -np.inf)
-    np.logaddexp.at(norm, src, raw)
-    final = np.sort(rng.choice(np.arange(1, s), 10, replace=False))
+    graph = denominator.random_graph(rng, w["states"], w["arcs"], w["vocab"], finals=10)
     logits = rng.standard_normal((w["batch"], w["frames"], w["vocab"]), dtype=np.float32)
     emissions = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
     lengths = rng.integers(math.ceil(0.8 * w["frames"]), w["frames"] + 1, w["batch"])
     lengths[0] = w["frames"]
-    return Inputs(
-        src.astype(np.int32),
-        dst.astype(np.int32),
-        label.astype(np.int32),
-        (raw - norm[src]).astype(np.float32),
-        final,
-        emissions.astype(np.float32),
-        lengths.astype(np.int32),
-        s,
-    )
-
-
-def numpy_totals(inp: Inputs) -> np.ndarray:
-    """float64 LOG totals [B]: a per-frame forward over the arcs."""
-    batch = inp.emissions.shape[0]
-    totals = np.empty(batch)
-    weight = inp.weight.astype(np.float64)
-    for b in range(batch):
-        alpha = np.full(inp.states, -np.inf)
-        alpha[0] = 0.0
-        for t in range(inp.lengths[b]):
-            scores = alpha[inp.src] + weight + inp.emissions[b, t, inp.label].astype(np.float64)
-            top = np.full(inp.states, -np.inf)
-            np.maximum.at(top, inp.dst, scores)
-            safe = np.where(np.isfinite(top), top, 0.0)
-            sums = np.zeros(inp.states)
-            np.add.at(sums, inp.dst, np.exp(scores - safe[inp.dst]))
-            with np.errstate(divide="ignore"):
-                alpha = safe + np.log(sums)
-        totals[b] = np.logaddexp.reduce(alpha[inp.final])
-    return totals
+    return Inputs(graph, emissions.astype(np.float32), lengths.astype(np.int32))
 
 
 def plain_jax(inp: Inputs):
     """The yardstick: value + gradient of the summed totals, by autodiff."""
-    src, dst, label = (jnp.asarray(x) for x in (inp.src, inp.dst, inp.label))
-    weight = jnp.asarray(inp.weight)
-    final = jnp.zeros(inp.states, bool).at[jnp.asarray(inp.final)].set(True)
-    states = inp.states
+    graph = inp.graph
+    src, dst, label = (jnp.asarray(x, jnp.int32) for x in (graph.src, graph.dst, graph.label))
+    weight = jnp.asarray(graph.weight, jnp.float32)
+    final = jnp.zeros(graph.states, bool).at[jnp.asarray(graph.final)].set(True)
+    states = graph.states
 
     def total(emissions, length):
         def step(alpha, xs):
@@ -141,8 +101,9 @@ def plain_jax(inp: Inputs):
 
 
 def ours(inp: Inputs):
-    arcs = np.stack([inp.src, inp.dst, inp.label, inp.weight], axis=1).astype(np.float64)
-    graph = sj.Fsa.from_arcs(arcs, inp.final.tolist(), num_states=inp.states, dtype=np.float32)
+    g = inp.graph
+    arcs = np.stack([g.src, g.dst, g.label, g.weight.astype(np.float32)], axis=1)
+    graph = sj.Fsa.from_arcs(arcs, g.final.tolist(), num_states=g.states, dtype=np.float32)
 
     def loss(emissions, lengths):
         return jnp.sum(sj.dense_tot_score(graph, emissions, lengths, sj.LOG))
@@ -181,7 +142,7 @@ def run(index: int) -> None:
         "plain JAX": compiled(plain_jax(inp), inp),
     }
     start = time.perf_counter()
-    reference = numpy_totals(inp)
+    reference = denominator.numpy_log_totals(inp.graph, inp.emissions, inp.lengths)
     numpy_s = time.perf_counter() - start
     for name, (program, _) in programs.items():
         value, grad = program(*args)

@@ -13,6 +13,8 @@ from semiring_jax._src.dense.occupancy import dense_occupancy
 from semiring_jax._src.io.host.symbols import SymbolTable
 from semiring_jax._src.io.npz import load, save
 from semiring_jax._src.io.plot import plot_alignment
+from semiring_jax._src.mmi.ngram import ngram_fsa, read_arpa
+from semiring_jax._src.mmi.topology import denominator_graph, hmm_topo, numerator_graphs
 from semiring_jax._src.scores.best_path import best_path
 from semiring_jax._src.scores.tot_score import (
     arc_posteriors,
@@ -60,19 +62,24 @@ __all__ = [
     "ctc_graph",
     "ctc_loss",
     "ctc_topo",
+    "denominator_graph",
     "dense_occupancy",
     "dense_tot_score",
     "determinize",
     "forced_align",
     "forward_scores",
+    "hmm_topo",
     "intersect",
     "intersect_dense",
     "invert",
     "linear_fsa",
     "load",
+    "ngram_fsa",
+    "numerator_graphs",
     "plot_alignment",
     "project",
     "prune",
+    "read_arpa",
     "remove_epsilon",
     "reverse",
     "rnnt_align",

@@ -178,8 +178,9 @@ def read_arpa(
       `sj.intersect(sj.linear_fsa(words), lm)` is the exact ln P(words)
       whenever no back-off route beats the listed n-gram (usual in a
       well-formed model, not guaranteed; never below it), and LOG
-      `tot_score` overcounts (sums the routes). Remove the epsilons with
-      `sj.remove_epsilon` before `sj.dense_tot_score`, which has none.
+      `tot_score` overcounts (sums the routes), and so would
+      `sj.remove_epsilon`: for an epsilon-free graph (`sj.dense_tot_score`
+      has no epsilons) read the model with `expand=True`.
     - `expand=True`: every history state gets an arc for every word of
       non-zero probability, weighted by the backed-off ln P(w | h):
       epsilon-free, deterministic and exact in every semiring, with

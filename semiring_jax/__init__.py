@@ -13,6 +13,7 @@ from semiring_jax._src.dense.occupancy import dense_occupancy
 from semiring_jax._src.io.host.symbols import SymbolTable
 from semiring_jax._src.io.npz import load, save
 from semiring_jax._src.io.plot import plot_alignment
+from semiring_jax._src.mmi.loss import mmi_loss
 from semiring_jax._src.mmi.ngram import ngram_fsa, read_arpa
 from semiring_jax._src.mmi.topology import denominator_graph, hmm_topo, numerator_graphs
 from semiring_jax._src.scores.best_path import best_path
@@ -74,6 +75,7 @@ __all__ = [
     "invert",
     "linear_fsa",
     "load",
+    "mmi_loss",
     "ngram_fsa",
     "numerator_graphs",
     "plot_alignment",

@@ -56,7 +56,7 @@ ALGORITHMS = {
     "determinize",
 }
 # Issue 14 (LF-MMI): the loss and the builders of its graphs.
-MMI = {"ngram_fsa", "read_arpa", "hmm_topo", "denominator_graph", "numerator_graphs"}
+MMI = {"mmi_loss", "ngram_fsa", "read_arpa", "hmm_topo", "denominator_graph", "numerator_graphs"}
 # Issue 5 (ecosystem): symbol tables, files and pictures, beyond API.md.
 ECOSYSTEM = {"SymbolTable", "save", "load", "dense_occupancy", "plot_alignment"}
 

@@ -19,12 +19,13 @@ import jax.numpy as jnp
 import numpy as np
 import numpy.typing as npt
 
-from semiring_jax._src.core import checks
+from semiring_jax._src.core import checks, derivatives
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.host import messages
 from semiring_jax._src.core.semiring import LOG, TROPICAL, Semiring
 from semiring_jax._src.dense import frame_scan
 from semiring_jax._src.dense.slots import Slots, Tree
+from semiring_jax._src.kernels import dense_ops
 
 __all__ = [
     "as_array",
@@ -190,10 +191,102 @@ def _over_batch(
     return jax.vmap(one_utterance, in_axes=(graph_axis, 0, 0))(graph, emissions, lengths)
 
 
+def kernel_serves(semiring: Semiring, emissions: jax.Array) -> bool:
+    """Whether the compiled kernel computes this dense total (trace time):
+    LOG or TROPICAL arithmetic, a dtype and device it serves."""
+    return semiring.arithmetic in ("log", "tropical") and dense_ops.usable(emissions)
+
+
+def kernel_inputs(
+    graph: Fsa, emissions: jax.Array, leak: jax.Array | None = None
+) -> tuple[dense_ops.Diff, dense_ops.Arcs]:
+    """The kernel's (weight [B, A], final weight [B, S], emissions) and the
+    graph's structure: padding arcs and non-final states at -inf (column -1
+    for padding), a shared graph's weights broadcast over B so that each
+    entry's gradient is its own. `leak` [S]: Kaldi's leaky HMM (none by
+    default)."""
+    batch = emissions.shape[0]
+    zero = -jnp.inf
+    weight = jnp.where(graph.arc_mask, graph.weight, zero)
+    final_weight = jnp.where(graph.final_mask, graph.final_weight, zero)
+    column = jnp.where(graph.arc_mask, graph.ilabel, -1).astype(jnp.int32)
+    rows = lambda x: x if graph.batch_shape else x[None]
+    if leak is None:
+        leak = jnp.zeros((1, graph.num_states), emissions.dtype)
+    arcs = dense_ops.Arcs(
+        src=rows(graph.src.astype(jnp.int32)),
+        dst=rows(graph.dst.astype(jnp.int32)),
+        column=rows(column),
+        leak=jnp.broadcast_to(leak, (rows(final_weight).shape[0], graph.num_states)),
+    )
+    widen = lambda x: jnp.broadcast_to(rows(x), (batch, x.shape[-1]))
+    return (widen(weight), widen(final_weight), emissions), arcs
+
+
+def _scan_value_and_grads(
+    semiring: Semiring, diff: dense_ops.Diff, aux: dense_ops.Aux
+) -> tuple[jax.Array, dense_ops.Diff]:
+    """The portable scan's (total [B], gradients like `diff`): the kernel's
+    reference. aux = (arcs, lengths, graph)."""
+    _, lengths, graph = aux
+
+    def one(
+        weight: jax.Array, final: jax.Array, emissions: jax.Array, length: jax.Array, g: Fsa
+    ) -> jax.Array:
+        fsa = g.replace(weight=weight.astype(g.dtype), final_weight=final.astype(g.dtype))
+        slots, slot_weight, final_weight = graph_slots(fsa, semiring)
+        return frame_scan.total(semiring, slots, slot_weight, final_weight, emissions, length)
+
+    graph_axis = 0 if graph.batch_shape else None
+    value_and_grad = jax.value_and_grad(one, argnums=(0, 1, 2))
+    value, grads = jax.vmap(value_and_grad, in_axes=(0, 0, 0, 0, graph_axis))(*diff, lengths, graph)
+    return value, grads
+
+
+@functools.cache
+def _kernel_op(semiring: Semiring) -> derivatives.ScoreOp:
+    """The kernel's dense total (LOG or TROPICAL) as a `derivatives.ScoreOp`
+    over (weight [B, A], final weight [B, S], emissions [B, T, V])."""
+    reference = functools.partial(_scan_value_and_grads, semiring)
+    log = semiring.arithmetic == "log"
+
+    def value(diff: dense_ops.Diff, aux: dense_ops.Aux) -> jax.Array:
+        if log:
+            return dense_ops.log_total(lambda d, a: reference(d, a)[0], diff, aux)
+        return dense_ops.tropical_total(diff, aux)
+
+    def value_and_grad(
+        diff: dense_ops.Diff, aux: dense_ops.Aux
+    ) -> tuple[jax.Array, dense_ops.Diff]:
+        if log:
+            return dense_ops.log_total_and_grads(reference, diff, aux)
+        return dense_ops.tropical_total_and_grads(reference, diff, aux)
+
+    return derivatives.ScoreOp(value, value_and_grad)
+
+
+def kernel_total(
+    semiring: Semiring, graph: Fsa, emissions: jax.Array, lengths: jax.Array
+) -> jax.Array:
+    """`dense_tot_score` [B] by the kernel (`kernel_serves` must hold)."""
+    diff, arcs = kernel_inputs(graph, emissions)
+    return derivatives.score(_kernel_op(semiring), diff, (arcs, lengths, graph))
+
+
 @functools.partial(jax.jit, static_argnames="semiring")
 def _dense_tot_score(
     graph: Fsa, emissions: jax.Array, lengths: jax.Array, semiring: Semiring
 ) -> jax.Array:
+    if kernel_serves(semiring, emissions):
+        return kernel_total(semiring, graph, emissions, lengths)
+    return scan_total(semiring, graph, emissions, lengths)
+
+
+def scan_total(
+    semiring: Semiring, graph: Fsa, emissions: jax.Array, lengths: jax.Array
+) -> jax.Array:
+    """`dense_tot_score` [B] by the portable frame scan, vmapped over B."""
+
     def one_utterance(graph: Fsa, emissions: jax.Array, length: jax.Array) -> jax.Array:
         slots, slot_weight, final_weight = graph_slots(graph, semiring)
         return frame_scan.total(semiring, slots, slot_weight, final_weight, emissions, length)

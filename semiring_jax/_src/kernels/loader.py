@@ -69,7 +69,7 @@ __all__ = ["TARGETS", "enabled", "serves", "target"]
 _LOG = logging.getLogger(__name__)
 
 _HERE = Path(__file__).parent
-_SOURCES = (_HERE / "scores.cc", _HERE / "ctc.cc", _HERE / "rnnt.cc")
+_SOURCES = (_HERE / "scores.cc", _HERE / "ctc.cc", _HERE / "rnnt.cc", _HERE / "dense.cc")
 _HEADERS = (_HERE / "common.h",)
 
 # The dtypes the handlers take, by the suffix of their names.
@@ -87,6 +87,10 @@ TARGETS = {
         ("ctc_grad", "CtcGrad"),
         ("rnnt_loss", "RnntLoss"),
         ("rnnt_grad", "RnntGrad"),
+        ("dense_log_total", "DenseLogTotal"),
+        ("dense_log_grad", "DenseLogGrad"),
+        ("dense_tropical_total", "DenseTropicalTotal"),
+        ("dense_tropical_grad", "DenseTropicalGrad"),
     )
     for dtype in _DTYPES.values()
 }

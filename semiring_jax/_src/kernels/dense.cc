@@ -1,0 +1,971 @@
+// CPU kernels for dense intersection with a general graph (XLA FFI
+// handlers): forward and backward recursions over frames, LOG and TROPICAL.
+//
+// Shapes: emissions [B, T, V] (f32 or f64: one handler per dtype), lengths
+// [B] (int32); the graph as arrays [G, A] (src, dst, column: int32; weight)
+// and [G, S] (final weight, -inf where not final; leak), G = 1 (one graph
+// shared by the batch) or B (one per utterance). Every arc consumes one
+// frame and adds emissions[b, t, column]; paths start in state 0. A column
+// < 0 marks a padding arc, which is not read at all. Lengths are clamped to
+// [0, T], states to [0, S) and columns to [0, V) (the caller checks
+// concrete ones), so nothing is read outside the arrays.
+//
+//   SjDenseLogTotal:  log Z [B], large [B].
+//   SjDenseLogGrad:   log Z [B], large [B] and the gradient of log Z with
+//     respect to emissions [B, T, V], weights [B, A] and final weights
+//     [B, S]: the arc posteriors, by frame and column and by arc. Exactly 0
+//     past the length and where log Z is -inf.
+//   SjDenseTropicalTotal, SjDenseTropicalGrad: the best path's score and
+//     its 0/1 indicator (ties: the lowest-numbered best final state, then
+//     the lowest-numbered best arc into each state, frame by frame).
+//
+// The leak (LOG only; all zeros turns it off) is Kaldi's leaky HMM: at
+// every frame boundary t = 0 .. length, before the frame's arcs, the
+// forward vector becomes alpha + leak * sum(alpha) (leak = epsilon times
+// the initial probabilities).
+//
+// LOG scores are kept in double, as logs normalised per frame (the frame's
+// largest is 0; the shifts summed apart), and each frame is one pass over
+// the arcs in *linear* space: p = exp(alpha) per state, then
+// acc[d] = sum over arcs s -> d of p[s] exp(weight - max weight)
+// exp(emission - the frame's max), and alpha'[d] = log acc[d]. That is a
+// multiply-add per arc and an exp and a log per state, where log-sum-exp
+// costs an exp per arc. A state whose sum is below kTiny (so far below the
+// frame's best that terms of its sum may have been rounded to 0) gets its
+// log-sum-exp computed exactly instead, from the logs; so do all states of
+// an utterance that reads a +inf (Times() keeps -inf absorbing). Posteriors
+// exp(alpha + weight + emission + beta - log Z) are formed per arc from the
+// logs, so they never underflow through a normalisation that favours other
+// states. Float32 inputs get exp and log to float precision over the whole
+// double range (ExpD8, LogD8); float64 inputs use libm.
+//
+// `large` flags an utterance that reads a finite weight or emission beyond
+// 2^20 in magnitude (a mask at -1e30): double cannot keep O(1) differences
+// between paths next to such numbers, so its caller recomputes that
+// utterance on the portable scan, whose scores are compensated pairs.
+//
+// NaN in a weight, final weight, leak or an emission column that an arc
+// reads (within the length) gives NaN everywhere (NaN in, NaN out). A +inf
+// total gives NaN gradients (LOG).
+
+#include "common.h"
+
+namespace {
+
+ffi::Error Fail(const std::string& what) { return FailIn("dense kernel", what); }
+
+constexpr double kLarge = 1048576.0;  // 2^20, as ctc.cc
+
+typedef double Doubles8 __attribute__((vector_size(64)));
+typedef int64_t Longs8 __attribute__((vector_size(64)));
+
+inline Doubles8 SplatD(double v) { return Doubles8{} + v; }
+
+// exp(x) for doubles to float precision (relative error below 3e-7) over
+// the whole double range: x = n ln 2 + r in double, a float exp of
+// |r| < 0.35, scaled by 2^n. Exactly 0 below -700 (and for -inf).
+inline Doubles8 ExpD8(Doubles8 x) {
+  const Doubles8 low = SplatD(-700.0), high = SplatD(700.0);
+  Doubles8 c = x < low ? low : x;
+  c = c > high ? high : c;
+  const Doubles8 v = c * 1.4426950408889634 + 0.5;
+  const Doubles8 truncated = __builtin_convertvector(__builtin_convertvector(v, Longs8), Doubles8);
+  const Doubles8 n = truncated > v ? truncated - 1.0 : truncated;  // floor
+  const Doubles8 r = (c - n * 0.693145751953125) - n * 1.4286068203094172e-06;
+  const Doubles8 e = __builtin_convertvector(FastExp8(__builtin_convertvector(r, Floats8)), Doubles8);
+  const Longs8 bits = (__builtin_convertvector(n, Longs8) + 1023) << 52;
+  Doubles8 scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return x < low ? Doubles8{} : e * scale;
+}
+
+// log(x) for normal doubles x > 0 to float precision in absolute terms
+// (below 2e-7): x = m 2^e, m in [sqrt(1/2), sqrt(2)), e ln 2 in double.
+inline Doubles8 LogD8(Doubles8 x) {
+  Longs8 bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  Longs8 exponent = ((bits >> 52) & 0x7ff) - 1023;
+  const Longs8 mantissa_bits = (bits & 0xfffffffffffffLL) | (int64_t(1023) << 52);
+  Doubles8 m;
+  std::memcpy(&m, &mantissa_bits, sizeof(m));  // [1, 2)
+  const auto big = m > 1.4142135623730951;
+  m = big ? m * 0.5 : m;
+  exponent = big ? exponent + 1 : exponent;
+  const Floats8 log_m = FastLog8(__builtin_convertvector(m, Floats8));
+  return __builtin_convertvector(exponent, Doubles8) * 0.6931471805599453 +
+         __builtin_convertvector(log_m, Doubles8);
+}
+
+inline Doubles8 LoadD8(const double* p) {
+  Doubles8 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// out[i] = exp(in[i]) for i < n: ExpD8 for float32 inputs, libm for float64.
+template <bool Float>
+void ExpArray(const double* in, double* out, int64_t n) {
+  int64_t i = 0;
+  if constexpr (Float) {
+    for (; i + 8 <= n; i += 8) {
+      const Doubles8 r = ExpD8(LoadD8(in + i));
+      std::memcpy(out + i, &r, sizeof(r));
+    }
+    if (i < n) {
+      double pad[8] = {};
+      std::copy(in + i, in + n, pad);
+      const Doubles8 r = ExpD8(LoadD8(pad));
+      std::memcpy(pad, &r, sizeof(r));
+      std::copy(pad, pad + (n - i), out + i);
+    }
+    return;
+  }
+  for (; i < n; ++i) out[i] = std::exp(in[i]);
+}
+
+template <bool Float>
+double ExpOne(double x) {
+  if constexpr (Float) {
+    double value = 0;
+    ExpArray<true>(&x, &value, 1);
+    return value;
+  }
+  return std::exp(x);
+}
+
+// Below this a linear sum may have lost terms to rounding (ExpD8 flushes
+// below e^-700, libm below e^-745): such states are summed exactly, in logs.
+constexpr double kTiny = 1e-200;
+// Posteriors are formed as a per-state factor times a linear term up to
+// this factor: the terms that underflow (below 1e-300) then give
+// posteriors below 1e-100.
+constexpr double kHuge = 1e200;
+
+// out[i] = log(acc[i]) where acc[i] >= kTiny; left alone elsewhere.
+template <bool Float>
+void LogWhereLarge(const double* acc, double* out, int64_t n) {
+  int64_t i = 0;
+  if constexpr (Float) {
+    for (; i + 8 <= n; i += 8) {
+      const Doubles8 a = LoadD8(acc + i);
+      const auto ok = a >= kTiny;
+      const Doubles8 r = LogD8(ok ? a : SplatD(1.0));
+      const Doubles8 old = LoadD8(out + i);
+      const Doubles8 merged = ok ? r : old;
+      std::memcpy(out + i, &merged, sizeof(merged));
+    }
+  }
+  for (; i < n; ++i) {
+    if (acc[i] >= kTiny) {
+      if constexpr (Float) {
+        double pad[8] = {acc[i], 1, 1, 1, 1, 1, 1, 1};
+        const Doubles8 r = LogD8(LoadD8(pad));
+        out[i] = r[0];
+      } else {
+        out[i] = std::log(acc[i]);
+      }
+    }
+  }
+}
+
+// log(exp(a) + exp(b)); -inf absorbing, +inf dominating.
+inline double LogAdd(double a, double b) {
+  const double m = std::max(a, b);
+  if (!(m > kNegInf<double>) || m == kPosInf<double>) return m;
+  return m + std::log1p(std::exp(std::min(a, b) - m));
+}
+
+// Subtracts the largest finite entry of v[0..n) and returns it; 0 (leaving
+// v alone) when none is finite.
+inline double Normalise(int64_t n, double* v) {
+  double m = kNegInf<double>;
+  for (int64_t s = 0; s < n; ++s) {
+    if (v[s] < kPosInf<double>) m = std::max(m, v[s]);
+  }
+  if (!(m > kNegInf<double>)) return 0.0;
+  for (int64_t s = 0; s < n; ++s) v[s] -= m;
+  return m;
+}
+
+// The largest of x[0..n) below +inf, as double (-inf if none); NaN is
+// skipped (callers find it apart).
+template <typename T>
+double FiniteMax(const T* x, int64_t n) {
+  Doubles8 top = SplatD(kNegInf<double>);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    Doubles8 v;
+    if constexpr (std::is_same_v<T, float>) {
+      Floats8 f;
+      std::memcpy(&f, x + i, sizeof(f));
+      v = __builtin_convertvector(f, Doubles8);
+    } else {
+      v = LoadD8(x + i);
+    }
+    v = v < kPosInf<double> ? v : SplatD(kNegInf<double>);
+    top = v > top ? v : top;
+  }
+  double m = kNegInf<double>;
+  for (int j = 0; j < 8; ++j) m = std::max(m, top[j]);
+  for (; i < n; ++i) {
+    const double v = static_cast<double>(x[i]);
+    if (v < kPosInf<double>) m = std::max(m, v);
+  }
+  return m;
+}
+
+// What a frame's new scores came to.
+struct Settled {
+  double shift = 0;  // subtracted from every score
+  bool alive = false;  // some score above -inf
+};
+
+// out[s] = log(acc[s]), or exact(s) where acc[s] < kTiny (everywhere when
+// `all_exact`), normalised by the largest finite one (returned as the
+// shift); p = exp(out) unless `all_exact`. One vector pass for the logs,
+// the maximum and the exps, scalar work only where a sum was tiny.
+template <bool Float, typename Exact>
+Settled Settle(int64_t S, bool all_exact, const double* acc, double* out, double* p,
+               const Exact& exact) {
+  Settled r;
+  if (all_exact) {
+    for (int64_t s = 0; s < S; ++s) {
+      out[s] = exact(s);
+      r.alive |= out[s] > kNegInf<double>;
+    }
+    r.shift = Normalise(S, out);
+    return r;
+  }
+  double m = kNegInf<double>;
+  int64_t s = 0;
+  if constexpr (Float) {
+    Doubles8 top = SplatD(kNegInf<double>);
+    for (; s + 8 <= S; s += 8) {
+      const Doubles8 a = LoadD8(acc + s);
+      const auto ok = a >= kTiny;
+      Doubles8 v = LogD8(ok ? a : SplatD(1.0));
+      v = ok ? v : SplatD(kNegInf<double>);
+      std::memcpy(out + s, &v, sizeof(v));
+      top = v > top ? v : top;
+      bool all = true;
+      for (int j = 0; j < 8; ++j) all &= a[j] >= kTiny;
+      if (!all) {
+        for (int64_t i = s; i < s + 8; ++i) {
+          if (!(acc[i] >= kTiny)) m = std::max(m, out[i] = exact(i));
+        }
+      }
+    }
+    for (int j = 0; j < 8; ++j) m = std::max(m, top[j]);
+  }
+  for (; s < S; ++s) {
+    out[s] = acc[s] >= kTiny ? std::log(acc[s]) : exact(s);
+    m = std::max(m, out[s]);
+  }
+  if (!(m > kNegInf<double>)) return r;
+  r.alive = true;
+  r.shift = m;
+  for (int64_t i = 0; i < S; ++i) out[i] -= m;
+  ExpArray<Float>(out, p, S);
+  return r;
+}
+
+// -- the graph ------------------------------------------------------------------
+
+// One graph's live arcs (weight above -inf, column >= 0), grouped by
+// destination (forward) and by source (backward), each group in arc order.
+struct Graph {
+  int64_t num_states = 0, num_arcs = 0;
+  std::vector<int64_t> in_start, out_start;                          // [S + 1]
+  std::vector<int32_t> in_arc, in_src, in_col, out_arc, out_dst, out_col;
+  std::vector<double> in_lw, in_w, out_lw, out_w;  // weight - max, exp of it
+  std::vector<double> final_weight, leak;          // [S]; leak empty if off
+  std::vector<int32_t> columns;                    // distinct columns read
+  double max_weight = 0;
+  bool nan = false, inf = false, large = false;
+};
+
+inline void Flag(double x, Graph* g) {
+  g->nan |= x != x;
+  g->inf |= x == kPosInf<double>;
+  g->large |= std::fabs(x) > kLarge && std::fabs(x) < kPosInf<double>;
+}
+
+template <typename T>
+void BuildGraph(const int32_t* src, const int32_t* dst, const int32_t* col, const T* weight,
+                const T* final_weight, const T* leak, int64_t A, int64_t S, int64_t V, Graph* g) {
+  g->num_states = S;
+  g->num_arcs = A;
+  auto state = [S](int32_t s) { return std::clamp<int64_t>(s, 0, S - 1); };
+  std::vector<bool> used(V, false);
+  std::vector<int32_t> live;
+  live.reserve(A);
+  for (int64_t a = 0; a < A; ++a) {
+    if (col[a] < 0) continue;
+    used[std::min<int64_t>(col[a], V - 1)] = true;
+    const double w = static_cast<double>(weight[a]);
+    Flag(w, g);
+    if (w > kNegInf<double>) live.push_back(static_cast<int32_t>(a));
+  }
+  for (int64_t v = 0; v < V; ++v) {
+    if (used[v]) g->columns.push_back(static_cast<int32_t>(v));
+  }
+  double wm = kNegInf<double>;
+  for (int32_t a : live) {
+    const double w = static_cast<double>(weight[a]);
+    if (w < kPosInf<double>) wm = std::max(wm, w);
+  }
+  g->max_weight = wm > kNegInf<double> ? wm : 0.0;
+  g->final_weight.resize(S);
+  bool leaky = false;
+  for (int64_t s = 0; s < S; ++s) {
+    g->final_weight[s] = static_cast<double>(final_weight[s]);
+    Flag(g->final_weight[s], g);
+    const double l = static_cast<double>(leak[s]);
+    g->nan |= l != l;
+    leaky |= l != 0;
+  }
+  if (leaky) {
+    g->leak.resize(S);
+    for (int64_t s = 0; s < S; ++s) g->leak[s] = std::max(static_cast<double>(leak[s]), 0.0);
+  }
+  // Counting sorts, stable: each group keeps arc order (the tie rule).
+  auto group = [&](bool by_dst, std::vector<int64_t>* start, std::vector<int32_t>* arc,
+                   std::vector<int32_t>* other, std::vector<int32_t>* column,
+                   std::vector<double>* lw, std::vector<double>* w) {
+    start->assign(S + 1, 0);
+    for (int32_t a : live) ++(*start)[state(by_dst ? dst[a] : src[a]) + 1];
+    for (int64_t s = 0; s < S; ++s) (*start)[s + 1] += (*start)[s];
+    std::vector<int64_t> next(start->begin(), start->end() - 1);
+    const size_t n = live.size();
+    arc->resize(n);
+    other->resize(n);
+    column->resize(n);
+    lw->resize(n);
+    w->resize(n);
+    for (int32_t a : live) {
+      const int64_t k = next[state(by_dst ? dst[a] : src[a])]++;
+      (*arc)[k] = a;
+      (*other)[k] = static_cast<int32_t>(state(by_dst ? src[a] : dst[a]));
+      (*column)[k] = std::min<int32_t>(col[a], static_cast<int32_t>(V - 1));
+      (*lw)[k] = static_cast<double>(weight[a]) - g->max_weight;
+      (*w)[k] = std::exp((*lw)[k]);
+    }
+  };
+  group(true, &g->in_start, &g->in_arc, &g->in_src, &g->in_col, &g->in_lw, &g->in_w);
+  group(false, &g->out_start, &g->out_arc, &g->out_dst, &g->out_col, &g->out_lw, &g->out_w);
+}
+
+// -- one frame's emissions --------------------------------------------------
+
+// What an utterance reads of its emissions within the length.
+struct Reads {
+  bool nan = false, inf = false, large = false;
+};
+
+template <typename T>
+Reads ScanEmissions(const Graph& g, const T* e, int64_t V, int64_t length) {
+  Reads r;
+  for (int64_t t = 0; t < length; ++t) {
+    for (int32_t c : g.columns) {
+      const double x = static_cast<double>(e[t * V + c]);
+      r.nan |= x != x;
+      r.inf |= x == kPosInf<double>;
+      r.large |= std::fabs(x) > kLarge && std::fabs(x) < kPosInf<double>;
+    }
+  }
+  return r;
+}
+
+// le[c] = e[t, c] - m and lin[c] = exp(le[c]) for the graph's columns,
+// m the frame's largest finite one (0 if none); returns m.
+template <typename T>
+double Frame(const Graph& g, const T* row, int64_t V, double* le, double* lin) {
+  double m = kNegInf<double>;
+  if (static_cast<int64_t>(g.columns.size()) == V) {
+    m = FiniteMax(row, V);
+  } else {
+    for (int32_t c : g.columns) {
+      const double x = static_cast<double>(row[c]);
+      if (x < kPosInf<double>) m = std::max(m, x);
+    }
+  }
+  if (!(m > kNegInf<double>)) m = 0.0;
+  constexpr bool kFloat = std::is_same_v<T, float>;
+  if (static_cast<int64_t>(g.columns.size()) * 2 >= V) {  // most columns: all of them
+    for (int64_t v = 0; v < V; ++v) le[v] = static_cast<double>(row[v]) - m;
+    ExpArray<kFloat>(le, lin, V);
+  } else {
+    for (int32_t c : g.columns) {
+      le[c] = static_cast<double>(row[c]) - m;
+      lin[c] = ExpOne<kFloat>(le[c]);
+    }
+  }
+  return m;
+}
+
+// -- LOG ----------------------------------------------------------------------
+
+// log Σ exp(x[i]) over n terms; -inf absorbing, +inf dominating.
+inline double LogSumExp(const double* x, int64_t n) {
+  double m = kNegInf<double>;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+  if (!(m > kNegInf<double>) || m == kPosInf<double>) return m;
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(x[i] - m);
+  return m + std::log(sum);
+}
+
+// Scratch for one utterance's recursions.
+struct Buffers {
+  double *p, *acc, *le, *lin, *terms;
+  static size_t Bytes(int64_t S, int64_t V, int64_t max_degree) {
+    return 2 * Workspace::Bytes<double>(S) + 2 * Workspace::Bytes<double>(V) +
+           Workspace::Bytes<double>(max_degree);
+  }
+  Buffers(int64_t S, int64_t V, int64_t max_degree, Workspace* space)
+      : p(space->Take<double>(S)),
+        acc(space->Take<double>(S)),
+        le(space->Take<double>(V)),
+        lin(space->Take<double>(V)),
+        terms(space->Take<double>(max_degree)) {}
+};
+
+int64_t MaxDegree(const Graph& g) {
+  int64_t d = 1;
+  for (int64_t s = 0; s < g.num_states; ++s) {
+    d = std::max(d, g.in_start[s + 1] - g.in_start[s]);
+    d = std::max(d, g.out_start[s + 1] - g.out_start[s]);
+  }
+  return d;
+}
+
+// One group's log-sum-exp, exactly: log Σ over arcs k in [begin, end) of
+// exp(from[other[k]] + lw[k] + le[col[k]]).
+inline double ExactGroup(int64_t begin, int64_t end, const int32_t* other, const int32_t* col,
+                         const double* lw, const double* from, const double* le, double* terms) {
+  for (int64_t k = begin; k < end; ++k) {
+    terms[k - begin] = Times(Times(from[other[k]], lw[k]), le[col[k]]);
+  }
+  return LogSumExp(terms, end - begin);
+}
+
+// v <- log(exp(v) + leak * Σ exp(v)) for normalised v [S] (linear values in
+// p on entry, updated); exact where the linear value is tiny.
+template <bool Float>
+void Leak(const Graph& g, bool exact, double* v, double* p) {
+  const int64_t S = g.num_states;
+  if (exact) {
+    const double log_sum = LogSumExp(v, S);
+    for (int64_t s = 0; s < S; ++s) v[s] = LogAdd(v[s], Times(std::log(g.leak[s]), log_sum));
+    return;
+  }
+  double sum = 0;
+  for (int64_t s = 0; s < S; ++s) sum += p[s];
+  for (int64_t s = 0; s < S; ++s) p[s] += g.leak[s] * sum;
+  // Where p is tiny the linear sum may have lost terms: exact there.
+  for (int64_t s = 0; s < S; ++s) {
+    if (p[s] < kTiny) {
+      v[s] = LogAdd(v[s], Times(std::log(g.leak[s]), std::log(sum)));
+    }
+  }
+  LogWhereLarge<Float>(p, v, S);
+}
+
+// The forward pass of one utterance: log Z. alpha [(length + 1) S] receives
+// the normalised logs after each frame's leak, offset [length + 1] their
+// shifts (both may be null: then `roll` [2 S] holds the last two frames).
+template <typename T>
+double LogForward(const Graph& g, const T* e, int64_t V, int64_t length, bool exact,
+                  double* alpha, double* offset, double* roll, Buffers* buf) {
+  constexpr bool kFloat = std::is_same_v<T, float>;
+  const int64_t S = g.num_states;
+  auto row = [&](int64_t t) { return alpha ? alpha + t * S : roll + (t % 2) * S; };
+  double shift = 0;
+  double* a = row(0);
+  std::fill(a, a + S, kNegInf<double>);
+  a[0] = 0;
+  ExpArray<kFloat>(a, buf->p, S);
+  if (!g.leak.empty()) Leak<kFloat>(g, exact, a, buf->p);
+  if (offset) offset[0] = 0;
+  for (int64_t t = 0; t < length; ++t) {
+    const double em = Frame(g, e + t * V, V, buf->le, buf->lin);
+    double* next = row(t + 1);
+    const double* from = row(t);
+    if (!exact) {
+      const double* __restrict p = buf->p;
+      const double* __restrict lin = buf->lin;
+      const double* __restrict w = g.in_w.data();
+      const int32_t* __restrict src = g.in_src.data();
+      const int32_t* __restrict col = g.in_col.data();
+      const int64_t* start = g.in_start.data();
+      double* __restrict acc = buf->acc;
+      for (int64_t d = 0; d < S; ++d) {
+        // Four partial sums: the adds do not wait on each other.
+        double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        int64_t k = start[d];
+        const int64_t end = start[d + 1];
+        for (; k + 4 <= end; k += 4) {
+          s0 += p[src[k]] * w[k] * lin[col[k]];
+          s1 += p[src[k + 1]] * w[k + 1] * lin[col[k + 1]];
+          s2 += p[src[k + 2]] * w[k + 2] * lin[col[k + 2]];
+          s3 += p[src[k + 3]] * w[k + 3] * lin[col[k + 3]];
+        }
+        for (; k < end; ++k) s0 += p[src[k]] * w[k] * lin[col[k]];
+        acc[d] = (s0 + s1) + (s2 + s3);
+      }
+    }
+    const Settled r = Settle<kFloat>(S, exact, buf->acc, next, buf->p, [&](int64_t d) {
+      return ExactGroup(g.in_start[d], g.in_start[d + 1], g.in_src.data(), g.in_col.data(),
+                        g.in_lw.data(), from, buf->le, buf->terms);
+    });
+    if (!r.alive) return kNegInf<double>;
+    shift += g.max_weight + em + r.shift;
+    if (offset) offset[t + 1] = shift;
+    if (!g.leak.empty()) Leak<kFloat>(g, exact, next, buf->p);
+  }
+  const double* last = row(length);
+  for (int64_t s = 0; s < S; ++s) buf->acc[s] = Times(last[s], g.final_weight[s]);
+  return shift + LogSumExp(buf->acc, S);
+}
+
+// The backward pass: adds the posteriors into ge [T, V], gw [n] (by live
+// arc in source order: g.out_arc maps them to arcs) and gf [S] (zeros on
+// entry; double accumulators). log_z is finite.
+template <typename T>
+void LogBackward(const Graph& g, const T* e, int64_t V, int64_t length, bool exact,
+                 const double* alpha, const double* offset, double log_z, double* ge, double* gw,
+                 double* gf, Workspace* space, Buffers* buf) {
+  constexpr bool kFloat = std::is_same_v<T, float>;
+  const int64_t S = g.num_states;
+  const int64_t n = static_cast<int64_t>(g.out_arc.size());
+  double* beta = space->Take<double>(S);
+  double* here = space->Take<double>(S);
+  double* x = space->Take<double>(n);
+  double* q = buf->p;
+  // gf: the posterior of ending in s.
+  const double* last = alpha + length * S;
+  for (int64_t s = 0; s < S; ++s) {
+    gf[s] = std::exp(Times(Times(last[s], g.final_weight[s]), offset[length] - log_z));
+  }
+  for (int64_t s = 0; s < S; ++s) beta[s] = g.final_weight[s];
+  if (!g.leak.empty()) {
+    // beta_T = final + leak-weighted sum of final, for every state.
+    for (int64_t s = 0; s < S; ++s) here[s] = Times(std::log(g.leak[s]), g.final_weight[s]);
+    const double into = LogSumExp(here, S);
+    for (int64_t s = 0; s < S; ++s) beta[s] = LogAdd(beta[s], into);
+  }
+  double beta_shift = Normalise(S, beta);
+  if (!exact) ExpArray<kFloat>(beta, q, S);
+  for (int64_t t = length - 1; t >= 0; --t) {
+    const double em = Frame(g, e + t * V, V, buf->le, buf->lin);
+    const double* a = alpha + t * S;
+    const double k_t = offset[t] + g.max_weight + em + beta_shift - log_z;
+    // The posterior of arc k (s -> d) is exp(a[s] + k_t) w[k] lin[c] q[d]:
+    // the backward sum's own term times a factor per state. Where that
+    // factor is huge, the term may have underflowed: exact there, from logs.
+    const int64_t* start = g.out_start.data();
+    const int32_t* __restrict dst = g.out_dst.data();
+    const int32_t* __restrict col = g.out_col.data();
+    const double* __restrict lw = g.out_lw.data();
+    const double* __restrict w = g.out_w.data();
+    const double* __restrict le = buf->le;
+    const double* __restrict lin = buf->lin;
+    double* __restrict acc = buf->acc;
+    double* __restrict ge_row = ge + t * V;
+    double* __restrict factor = here;  // free until the sums are logged
+    for (int64_t s = 0; s < S; ++s) factor[s] = a[s] + k_t;
+    if (!exact) ExpArray<kFloat>(factor, factor, S);
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t begin = start[s], end = start[s + 1];
+      if (exact || !(factor[s] <= kHuge)) {
+        const double from = a[s] + k_t;
+        for (int64_t k = begin; k < end; ++k) {
+          x[k] = Times(Times(Times(from, lw[k]), le[col[k]]), beta[dst[k]]);
+        }
+        ExpArray<kFloat>(x + begin, x + begin, end - begin);
+        double sum = 0;
+        for (int64_t k = begin; k < end; ++k) {
+          const double post = std::min(x[k], 1.0);
+          gw[k] += post;
+          ge_row[col[k]] += post;
+          if (!exact) sum += w[k] * lin[col[k]] * q[dst[k]];
+        }
+        acc[s] = sum;
+        continue;
+      }
+      const double f = factor[s];
+      double s0 = 0, s1 = 0;
+      int64_t k = begin;
+      for (; k + 2 <= end; k += 2) {
+        const double u0 = w[k] * lin[col[k]] * q[dst[k]];
+        const double u1 = w[k + 1] * lin[col[k + 1]] * q[dst[k + 1]];
+        s0 += u0;
+        s1 += u1;
+        gw[k] += u0 * f;
+        gw[k + 1] += u1 * f;
+        ge_row[col[k]] += u0 * f;
+        ge_row[col[k + 1]] += u1 * f;
+      }
+      for (; k < end; ++k) {
+        const double u = w[k] * lin[col[k]] * q[dst[k]];
+        s0 += u;
+        gw[k] += u * f;
+        ge_row[col[k]] += u * f;
+      }
+      acc[s] = s0 + s1;
+    }
+    if (t == 0) break;
+    // q, read by the loop above, now becomes exp(beta_t).
+    const Settled r = Settle<kFloat>(S, exact, buf->acc, here, q, [&](int64_t s) {
+      return ExactGroup(g.out_start[s], g.out_start[s + 1], g.out_dst.data(), g.out_col.data(),
+                        g.out_lw.data(), beta, buf->le, buf->terms);
+    });
+    beta_shift += g.max_weight + em + r.shift;
+    if (!g.leak.empty()) {
+      // beta_t = beta'_t + Σ_r leak[r] beta'_t[r], the same for every state.
+      for (int64_t s = 0; s < S; ++s) buf->acc[s] = Times(std::log(g.leak[s]), here[s]);
+      const double into = LogSumExp(buf->acc, S);
+      for (int64_t s = 0; s < S; ++s) here[s] = LogAdd(here[s], into);
+      beta_shift += Normalise(S, here);
+      if (!exact) ExpArray<kFloat>(here, q, S);
+    }
+    std::swap(beta, here);
+  }
+}
+
+// -- TROPICAL -----------------------------------------------------------------
+
+// The forward pass: the best score; choice [length S] receives each
+// state's best arc per frame (-1: none), alpha [2 S] is scratch.
+template <typename T>
+double TropicalForward(const Graph& g, const T* e, int64_t V, int64_t length, double* alpha,
+                       int32_t* choice, int32_t* best_final) {
+  const int64_t S = g.num_states;
+  double* a = alpha;
+  double* next = alpha + S;
+  std::fill(a, a + S, kNegInf<double>);
+  a[0] = 0;
+  double shift = 0;
+  for (int64_t t = 0; t < length; ++t) {
+    const T* row = e + t * V;
+    bool alive = false;
+    for (int64_t d = 0; d < S; ++d) {
+      double best = kNegInf<double>;
+      int32_t arc = -1;
+      for (int64_t k = g.in_start[d]; k < g.in_start[d + 1]; ++k) {
+        const double v =
+            Times(Times(a[g.in_src[k]], g.in_lw[k]), static_cast<double>(row[g.in_col[k]]));
+        if (v > best) best = v, arc = static_cast<int32_t>(k);
+      }
+      next[d] = best;
+      alive |= best > kNegInf<double>;
+      if (choice) choice[t * S + d] = arc;
+    }
+    if (!alive) return kNegInf<double>;
+    shift += g.max_weight + Normalise(S, next);
+    std::swap(a, next);
+  }
+  double best = kNegInf<double>;
+  *best_final = -1;
+  for (int64_t s = 0; s < S; ++s) {
+    const double v = Times(a[s], g.final_weight[s]);
+    if (v > best) best = v, *best_final = static_cast<int32_t>(s);
+  }
+  return best > kNegInf<double> ? shift + best : best;
+}
+
+// -- FFI handlers -------------------------------------------------------------
+
+template <ffi::DataType D>
+using Floats = ffi::Buffer<D>;
+using Ints = ffi::Buffer<ffi::S32>;
+
+struct Sizes {
+  int64_t batch = 0, frames = 0, vocab = 0, graphs = 0, arcs = 0, states = 0;
+};
+
+template <typename E, typename I, typename W>
+ffi::Error GetSizes(const E& emissions, const I& lengths, const I& src, const I& dst,
+                    const I& col, const W& weight, const W& final_weight, const W& leak,
+                    Sizes* z) {
+  auto em = emissions.dimensions();
+  auto arcs = src.dimensions();
+  auto fin = final_weight.dimensions();
+  if (em.size() != 3 || arcs.size() != 2 || fin.size() != 2) {
+    return Fail("emissions must be [B, T, V], the arcs [G, A], the final weights [G, S]");
+  }
+  z->batch = em[0];
+  z->frames = em[1];
+  z->vocab = em[2];
+  z->graphs = arcs[0];
+  z->arcs = arcs[1];
+  z->states = fin[1];
+  auto same = [&](auto dims, int64_t g, int64_t n) {
+    return dims.size() == 2 && dims[0] == g && dims[1] == n;
+  };
+  if (lengths.element_count() != static_cast<size_t>(z->batch) ||
+      !(z->graphs == 1 || z->graphs == z->batch) || fin[0] != z->graphs ||
+      !same(dst.dimensions(), z->graphs, z->arcs) || !same(col.dimensions(), z->graphs, z->arcs) ||
+      !same(weight.dimensions(), z->graphs, z->arcs) ||
+      !same(leak.dimensions(), z->graphs, z->states)) {
+    return Fail("the graph arrays, emissions and lengths disagree on their sizes");
+  }
+  if (z->vocab < 1 || z->states < 1) return Fail("no emission columns or no states");
+  return ffi::Error::Success();
+}
+
+// Runs body(b, graph) for each batch entry, over threads: one graph built
+// for all when shared, else each entry's own.
+template <typename T, typename Body>
+void RunBatch(ffi::ThreadPool& pool, const Sizes& z, const Ints& src, const Ints& dst,
+              const Ints& col, const T* weight, const T* final_weight, const T* leak,
+              const Body& body) {
+  auto build = [&](int64_t i, Graph* g) {
+    BuildGraph<T>(src.typed_data() + i * z.arcs, dst.typed_data() + i * z.arcs,
+                  col.typed_data() + i * z.arcs, weight + i * z.arcs,
+                  final_weight + i * z.states, leak + i * z.states, z.arcs, z.states, z.vocab, g);
+  };
+  Graph shared;
+  if (z.graphs == 1) build(0, &shared);
+  ForEntries(pool, z.batch, z.frames * (z.arcs + z.states), [&](int64_t b) {
+    if (z.graphs == 1) return body(b, shared);
+    Graph own;
+    build(b, &own);
+    body(b, own);
+  });
+}
+
+inline int64_t LengthAt(const Sizes& z, const Ints& lengths, int64_t b) {
+  return std::clamp<int64_t>(lengths.typed_data()[b], 0, z.frames);
+}
+
+template <ffi::DataType D>
+ffi::Error LogTotal(ffi::ThreadPool pool, Floats<D> emissions, Ints lengths, Ints src, Ints dst,
+                    Ints col, Floats<D> weight, Floats<D> final_weight, Floats<D> leak,
+                    ffi::ResultBuffer<D> log_z, ffi::ResultBuffer<ffi::S32> large) {
+  using T = ffi::NativeType<D>;
+  Sizes z;
+  if (auto error = GetSizes(emissions, lengths, src, dst, col, weight, final_weight, leak, &z);
+      error.failure()) {
+    return error;
+  }
+  RunBatch<T>(pool, z, src, dst, col, weight.typed_data(), final_weight.typed_data(),
+              leak.typed_data(), [&](int64_t b, const Graph& g) {
+                const int64_t length = LengthAt(z, lengths, b);
+                const T* e = emissions.typed_data() + b * z.frames * z.vocab;
+                const Reads r = ScanEmissions(g, e, z.vocab, length);
+                large->typed_data()[b] = g.large || r.large;
+                if (g.nan || r.nan) {
+                  log_z->typed_data()[b] = kNaN<T>;
+                  return;
+                }
+                const int64_t S = z.states;
+                const int64_t degree = MaxDegree(g);
+                Workspace space(Buffers::Bytes(S, z.vocab, degree) + Workspace::Bytes<double>(2 * S));
+                Buffers buf(S, z.vocab, degree, &space);
+                double* roll = space.Take<double>(2 * S);
+                log_z->typed_data()[b] = static_cast<T>(LogForward<T>(
+                    g, e, z.vocab, length, g.inf || r.inf, nullptr, nullptr, roll, &buf));
+              });
+  return ffi::Error::Success();
+}
+
+template <ffi::DataType D>
+ffi::Error LogGrad(ffi::ThreadPool pool, Floats<D> emissions, Ints lengths, Ints src, Ints dst,
+                   Ints col, Floats<D> weight, Floats<D> final_weight, Floats<D> leak,
+                   ffi::ResultBuffer<D> log_z, ffi::ResultBuffer<ffi::S32> large,
+                   ffi::ResultBuffer<D> emission_grad, ffi::ResultBuffer<D> weight_grad,
+                   ffi::ResultBuffer<D> final_grad) {
+  using T = ffi::NativeType<D>;
+  Sizes z;
+  if (auto error = GetSizes(emissions, lengths, src, dst, col, weight, final_weight, leak, &z);
+      error.failure()) {
+    return error;
+  }
+  RunBatch<T>(pool, z, src, dst, col, weight.typed_data(), final_weight.typed_data(),
+              leak.typed_data(), [&](int64_t b, const Graph& g) {
+                const int64_t length = LengthAt(z, lengths, b);
+                const int64_t S = z.states, V = z.vocab, A = z.arcs;
+                const T* e = emissions.typed_data() + b * z.frames * V;
+                T* ge = emission_grad->typed_data() + b * z.frames * V;
+                T* gw = weight_grad->typed_data() + b * A;
+                T* gf = final_grad->typed_data() + b * S;
+                std::fill(ge, ge + z.frames * V, T(0));
+                std::fill(gw, gw + A, T(0));
+                std::fill(gf, gf + S, T(0));
+                const Reads r = ScanEmissions(g, e, V, length);
+                large->typed_data()[b] = g.large || r.large;
+                if (g.nan || r.nan) {
+                  log_z->typed_data()[b] = kNaN<T>;
+                  std::fill(ge, ge + z.frames * V, kNaN<T>);
+                  std::fill(gw, gw + A, kNaN<T>);
+                  std::fill(gf, gf + S, kNaN<T>);
+                  return;
+                }
+                const bool exact = g.inf || r.inf;
+                const int64_t degree = MaxDegree(g);
+                const int64_t n = static_cast<int64_t>(g.out_arc.size());
+                Workspace space(Buffers::Bytes(S, V, degree) +
+                                Workspace::Bytes<double>((length + 1) * S) +
+                                Workspace::Bytes<double>(length + 1) +
+                                Workspace::Bytes<double>(length * V + A + S) +
+                                2 * Workspace::Bytes<double>(S) + Workspace::Bytes<double>(n));
+                Buffers buf(S, V, degree, &space);
+                double* alpha = space.Take<double>((length + 1) * S);
+                double* offset = space.Take<double>(length + 1);
+                double* sums = space.Take<double>(length * V + A + S);
+                std::fill(sums, sums + length * V + A + S, 0.0);
+                const double total =
+                    LogForward<T>(g, e, V, length, exact, alpha, offset, nullptr, &buf);
+                log_z->typed_data()[b] = static_cast<T>(total);
+                if (total == kPosInf<double>) {
+                  std::fill(ge, ge + z.frames * V, kNaN<T>);
+                  std::fill(gw, gw + A, kNaN<T>);
+                  std::fill(gf, gf + S, kNaN<T>);
+                  return;
+                }
+                if (!(total > kNegInf<double>)) return;  // no path: exactly 0
+                double* sum_e = sums;
+                double* sum_w = sums + length * V;
+                double* sum_f = sum_w + A;
+                LogBackward<T>(g, e, V, length, exact, alpha, offset, total, sum_e, sum_w, sum_f,
+                               &space, &buf);
+                for (int64_t i = 0; i < length * V; ++i) ge[i] = static_cast<T>(sum_e[i]);
+                for (size_t k = 0; k < g.out_arc.size(); ++k) {
+                  gw[g.out_arc[k]] = static_cast<T>(sum_w[k]);
+                }
+                for (int64_t s = 0; s < S; ++s) gf[s] = static_cast<T>(std::min(sum_f[s], 1.0));
+              });
+  return ffi::Error::Success();
+}
+
+template <ffi::DataType D>
+ffi::Error TropicalTotal(ffi::ThreadPool pool, Floats<D> emissions, Ints lengths, Ints src,
+                         Ints dst, Ints col, Floats<D> weight, Floats<D> final_weight,
+                         Floats<D> leak, ffi::ResultBuffer<D> score) {
+  using T = ffi::NativeType<D>;
+  Sizes z;
+  if (auto error = GetSizes(emissions, lengths, src, dst, col, weight, final_weight, leak, &z);
+      error.failure()) {
+    return error;
+  }
+  RunBatch<T>(pool, z, src, dst, col, weight.typed_data(), final_weight.typed_data(),
+              leak.typed_data(), [&](int64_t b, const Graph& g) {
+                const int64_t length = LengthAt(z, lengths, b);
+                const T* e = emissions.typed_data() + b * z.frames * z.vocab;
+                if (g.nan || ScanEmissions(g, e, z.vocab, length).nan) {
+                  score->typed_data()[b] = kNaN<T>;
+                  return;
+                }
+                Workspace space(Workspace::Bytes<double>(2 * z.states));
+                double* alpha = space.Take<double>(2 * z.states);
+                int32_t last = -1;
+                score->typed_data()[b] = static_cast<T>(
+                    TropicalForward<T>(g, e, z.vocab, length, alpha, nullptr, &last));
+              });
+  return ffi::Error::Success();
+}
+
+template <ffi::DataType D>
+ffi::Error TropicalGrad(ffi::ThreadPool pool, Floats<D> emissions, Ints lengths, Ints src,
+                        Ints dst, Ints col, Floats<D> weight, Floats<D> final_weight,
+                        Floats<D> leak, ffi::ResultBuffer<D> score,
+                        ffi::ResultBuffer<D> emission_grad, ffi::ResultBuffer<D> weight_grad,
+                        ffi::ResultBuffer<D> final_grad) {
+  using T = ffi::NativeType<D>;
+  Sizes z;
+  if (auto error = GetSizes(emissions, lengths, src, dst, col, weight, final_weight, leak, &z);
+      error.failure()) {
+    return error;
+  }
+  RunBatch<T>(pool, z, src, dst, col, weight.typed_data(), final_weight.typed_data(),
+              leak.typed_data(), [&](int64_t b, const Graph& g) {
+                const int64_t length = LengthAt(z, lengths, b);
+                const int64_t S = z.states, V = z.vocab, A = z.arcs;
+                const T* e = emissions.typed_data() + b * z.frames * V;
+                T* ge = emission_grad->typed_data() + b * z.frames * V;
+                T* gw = weight_grad->typed_data() + b * A;
+                T* gf = final_grad->typed_data() + b * S;
+                std::fill(ge, ge + z.frames * V, T(0));
+                std::fill(gw, gw + A, T(0));
+                std::fill(gf, gf + S, T(0));
+                if (g.nan || ScanEmissions(g, e, V, length).nan) {
+                  score->typed_data()[b] = kNaN<T>;
+                  std::fill(ge, ge + z.frames * V, kNaN<T>);
+                  std::fill(gw, gw + A, kNaN<T>);
+                  std::fill(gf, gf + S, kNaN<T>);
+                  return;
+                }
+                Workspace space(Workspace::Bytes<double>(2 * S) +
+                                Workspace::Bytes<int32_t>(length * S));
+                double* alpha = space.Take<double>(2 * S);
+                int32_t* choice = space.Take<int32_t>(length * S);
+                int32_t state = -1;
+                const double best = TropicalForward<T>(g, e, V, length, alpha, choice, &state);
+                score->typed_data()[b] = static_cast<T>(best);
+                if (!(best > kNegInf<double>) || state < 0) return;  // no path
+                gf[state] = T(1);
+                for (int64_t t = length - 1; t >= 0; --t) {
+                  const int32_t k = choice[t * S + state];
+                  ge[t * V + g.in_col[k]] += T(1);
+                  gw[g.in_arc[k]] += T(1);
+                  state = g.in_src[k];
+                }
+              });
+  return ffi::Error::Success();
+}
+
+template <ffi::DataType D>
+auto Inputs() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::ThreadPool>()
+      .Arg<Floats<D>>()           // emissions [B, T, V]
+      .template Arg<Ints>()       // lengths [B]
+      .template Arg<Ints>()       // src [G, A]
+      .template Arg<Ints>()       // dst [G, A]
+      .template Arg<Ints>()       // column [G, A], < 0 for padding
+      .template Arg<Floats<D>>()  // weight [G, A]
+      .template Arg<Floats<D>>()  // final weight [G, S]
+      .template Arg<Floats<D>>();  // leak [G, S]
+}
+
+}  // namespace
+
+// log_z [B], large [B]
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SjDenseLogTotalF32, LogTotal<ffi::F32>,
+                              Inputs<ffi::F32>().Ret<Floats<ffi::F32>>().Ret<Ints>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SjDenseLogTotalF64, LogTotal<ffi::F64>,
+                              Inputs<ffi::F64>().Ret<Floats<ffi::F64>>().Ret<Ints>());
+// log_z [B], large [B], emission grad [B, T, V], weight grad [B, A], final grad [B, S]
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SjDenseLogGradF32, LogGrad<ffi::F32>,
+                              Inputs<ffi::F32>()
+                                  .Ret<Floats<ffi::F32>>()
+                                  .Ret<Ints>()
+                                  .Ret<Floats<ffi::F32>>()
+                                  .Ret<Floats<ffi::F32>>()
+                                  .Ret<Floats<ffi::F32>>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SjDenseLogGradF64, LogGrad<ffi::F64>,
+                              Inputs<ffi::F64>()
+                                  .Ret<Floats<ffi::F64>>()
+                                  .Ret<Ints>()
+                                  .Ret<Floats<ffi::F64>>()
+                                  .Ret<Floats<ffi::F64>>()
+                                  .Ret<Floats<ffi::F64>>());
+// score [B]
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SjDenseTropicalTotalF32, TropicalTotal<ffi::F32>,
+                              Inputs<ffi::F32>().Ret<Floats<ffi::F32>>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SjDenseTropicalTotalF64, TropicalTotal<ffi::F64>,
+                              Inputs<ffi::F64>().Ret<Floats<ffi::F64>>());
+// score [B], emission grad [B, T, V], weight grad [B, A], final grad [B, S]
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SjDenseTropicalGradF32, TropicalGrad<ffi::F32>,
+                              Inputs<ffi::F32>()
+                                  .Ret<Floats<ffi::F32>>()
+                                  .Ret<Floats<ffi::F32>>()
+                                  .Ret<Floats<ffi::F32>>()
+                                  .Ret<Floats<ffi::F32>>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SjDenseTropicalGradF64, TropicalGrad<ffi::F64>,
+                              Inputs<ffi::F64>()
+                                  .Ret<Floats<ffi::F64>>()
+                                  .Ret<Floats<ffi::F64>>()
+                                  .Ret<Floats<ffi::F64>>()
+                                  .Ret<Floats<ffi::F64>>());

@@ -1,0 +1,159 @@
+"""`mmi_loss`: lattice-free MMI, a numerator and a denominator dense
+intersection per utterance (traced).
+
+Both totals are `dense_tot_score` in LOG over the same log-probs: the
+numerator with each utterance's own graph, the denominator with one graph
+shared by the batch, optionally with Kaldi's leaky HMM (`mmi/leaky.py`).
+On a single CPU device both run the compiled kernel (`kernels/dense.cc`,
+the leak included); elsewhere the portable scans.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from semiring_jax._src.core import derivatives
+from semiring_jax._src.core.fsa import Fsa
+from semiring_jax._src.core.semiring import LOG
+from semiring_jax._src.dense import dense
+from semiring_jax._src.kernels import dense_ops
+from semiring_jax._src.mmi import leaky
+
+__all__ = ["mmi_loss"]
+
+
+def _leaky_value(diff: dense_ops.Diff, aux: dense_ops.Aux) -> jax.Array:
+    if dense_ops.usable(diff[2]):
+        return dense_ops.log_total(lambda d, a: leaky.scan_value_and_grads(d, a)[0], diff, aux)
+    return leaky.scan_value_and_grads(diff, aux)[0]
+
+
+def _leaky_value_and_grads(
+    diff: dense_ops.Diff, aux: dense_ops.Aux
+) -> tuple[jax.Array, dense_ops.Diff]:
+    if dense_ops.usable(diff[2]):
+        return dense_ops.log_total_and_grads(leaky.scan_value_and_grads, diff, aux)
+    return leaky.scan_value_and_grads(diff, aux)
+
+
+_LEAKY = derivatives.ScoreOp(_leaky_value, _leaky_value_and_grads)
+
+
+def _leaky_total(
+    graph: Fsa, log_probs: jax.Array, lengths: jax.Array, coefficient: jax.Array
+) -> jax.Array:
+    """The leaky-HMM denominator total [B] of a shared graph."""
+    leak = coefficient * leaky.initial_probs(graph)
+    diff, arcs = dense.kernel_inputs(graph, log_probs, leak.astype(log_probs.dtype)[None])
+    return derivatives.score(_LEAKY, diff, (arcs, lengths))
+
+
+def _total(graph: Fsa, log_probs: jax.Array, lengths: jax.Array) -> jax.Array:
+    if dense.kernel_serves(LOG, log_probs):
+        return dense.kernel_total(LOG, graph, log_probs, lengths)
+    return dense.scan_total(LOG, graph, log_probs, lengths)
+
+
+@functools.partial(jax.jit, static_argnames="leaky_hmm")
+def _mmi_loss(
+    num_graphs: Fsa,
+    den_graph: Fsa,
+    log_probs: jax.Array,
+    lengths: jax.Array,
+    den_scale: jax.Array,
+    leaky_hmm: float,
+) -> jax.Array:
+    num = _total(num_graphs, log_probs, lengths)
+    if leaky_hmm:
+        den = _leaky_total(den_graph, log_probs, lengths, jnp.asarray(leaky_hmm, log_probs.dtype))
+    else:
+        den = _total(den_graph, log_probs, lengths)
+    loss = den_scale.astype(log_probs.dtype) * den - num
+    # An infeasible numerator: +inf, and (through where) every gradient of
+    # that utterance exactly 0, the denominator's included.
+    return jnp.where(num == -jnp.inf, jnp.inf, loss)
+
+
+def mmi_loss(
+    num_graphs: Fsa,
+    den_graph: Fsa,
+    log_probs: Any,
+    lengths: Any,
+    *,
+    den_scale: float = 1.0,
+    leaky_hmm: float = 0.0,
+) -> jax.Array:
+    """The LF-MMI loss of each utterance: -(num - den_scale · den).
+
+    num is the `dense_tot_score` (LOG) of utterance b's numerator graph
+    over its `lengths[b]` frames of `log_probs`, den that of the shared
+    denominator graph: every arc consumes one frame and adds
+    `log_probs[b, t, arc.ilabel]` (V = the number of pdf ids).
+
+    With `leaky_hmm` = ε > 0 the denominator is Kaldi's leaky HMM (as in
+    `chain-denominator.cc` and PyChain): starting from α₀ one-hot at state
+    0, at every frame boundary t = 0 … T_b the forward vector becomes
+    α'ₜ = αₜ + ε · p · Σ_s αₜ(s) before the frame's arcs apply, and den is
+    log Σ_s α'_{T_b}(s) · exp(final(s)). p is Kaldi's `SetInitialProbs`:
+    100 averaged iterations of the denominator graph made locally
+    normalised (final probabilities included), started at state 0; it is a
+    constant (no gradient flows into it).
+
+    Gradients reach `log_probs` and both graphs' weights and final weights
+    (the numerator's and the denominator's arc posteriors, by autodiff's
+    usual rules). An utterance whose numerator has no path of its length
+    gives +inf, and every gradient of that utterance (numerator and
+    denominator parts) is exactly 0. NaN in gives NaN out.
+
+    Args:
+      num_graphs: a batched Fsa with B entries (e.g. `sj.numerator_graphs`),
+        labels in [0, V).
+      den_graph: an unbatched Fsa shared by the batch (e.g.
+        `sj.denominator_graph`), labels in [0, V).
+      log_probs: float [B, T, V], per-frame log-probabilities of the pdfs
+        (the network's output; not required to be normalised).
+      lengths: int [B], frames per utterance in [0, T].
+      den_scale: the weight of the denominator (1.0: MMI).
+      leaky_hmm: Kaldi's leaky-HMM coefficient ε ≥ 0 (0: off; Kaldi uses
+        1e-5). A Python float: it is static under `jax.jit`.
+    Returns:
+      float [B], the losses (the emissions' dtype).
+    Raises:
+      ValueError: for log_probs not of rank 3, lengths outside [0, T], a
+        numerator batch that is not B graphs, a batched denominator, a
+        label outside [0, V) (naming the arc), mismatched dtypes, or a
+        negative `leaky_hmm`.
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> import semiring_jax as sj
+      >>> topo = sj.hmm_topo(2, pdfs_per_phone=1)
+      >>> lm = sj.ngram_fsa([[1, 2], [2, 1, 2]], num_symbols=2)
+      >>> den = sj.denominator_graph(lm, topo)
+      >>> num = sj.numerator_graphs([[1, 2]], None, topo)
+      >>> log_probs = jax.nn.log_softmax(jnp.zeros((1, 4, 2), jnp.float32))
+      >>> # The numerator graph carries no LM weights here, so num > den.
+      >>> print(jnp.round(sj.mmi_loss(num, den, log_probs, jnp.array([4])), 3))
+      [-0.698]
+    """
+    fn = "mmi_loss"
+    log_probs = dense.check_emissions(log_probs, fn, "log_probs")
+    batch, num_frames, num_columns = log_probs.shape
+    lengths = dense.check_lengths(lengths, batch, num_frames, fn, "lengths", "T")
+    if not isinstance(num_graphs, Fsa) or num_graphs.batch_shape != (batch,):
+        shape = num_graphs.batch_shape if isinstance(num_graphs, Fsa) else type(num_graphs).__name__
+        raise ValueError(
+            f"{fn}: num_graphs must be a batched Fsa with B = {batch} entries, got {shape}"
+        )
+    if not isinstance(den_graph, Fsa) or den_graph.batch_shape != ():
+        shape = den_graph.batch_shape if isinstance(den_graph, Fsa) else type(den_graph).__name__
+        raise ValueError(f"{fn}: den_graph must be one unbatched Fsa, got {shape}")
+    dense.check_graph(num_graphs, batch, num_columns, log_probs.dtype, fn)
+    dense.check_graph(den_graph, batch, num_columns, log_probs.dtype, fn)
+    leaky_hmm = float(leaky_hmm)
+    if not leaky_hmm >= 0:
+        raise ValueError(f"{fn}: leaky_hmm must be >= 0, got {leaky_hmm}")
+    return _mmi_loss(num_graphs, den_graph, log_probs, lengths, jnp.asarray(den_scale), leaky_hmm)

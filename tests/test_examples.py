@@ -1,5 +1,5 @@
 """The examples run, the README's quick start is the quick-start example,
-and the CTC training example learns.
+and the CTC, RNN-T and LF-MMI training examples learn.
 
 The training example runs as a script in a subprocess, as a user would run
 it: the suite's x64 and strict dtype promotion (conftest.py) are not what
@@ -112,3 +112,17 @@ def test_rnnt_training_with_the_pruned_loss_learns():
     first, last = _losses(stdout)
     assert last < 0.5 * first, (first, last)
     assert "greedy decode" in stdout
+
+
+def test_mmi_training_learns_the_alignment():
+    # A short run (~30 s, mostly compilation): the loss falls and, from the
+    # phone sequences alone, the frames come to match the generating pdfs.
+    stdout = _run_script("mmi_training", "--steps", "40")
+    first, last = _losses(stdout)
+    assert last < first - 0.3, (first, last)
+    match = re.search(
+        r"^frame accuracy (\S+)% -> (\S+)% \(Viterbi (\S+)% -> (\S+)%\)$", stdout, re.MULTILINE
+    )
+    assert match, stdout
+    before, after, _, viterbi = (float(value) for value in match.groups())
+    assert before < 20 and after > 60 and viterbi > 80, stdout

@@ -355,6 +355,9 @@ def dense_tot_score(
 def _viterbi_decode(
     graph: Fsa, emissions: jax.Array, lengths: jax.Array
 ) -> tuple[jax.Array, jax.Array]:
+    if kernel_serves(TROPICAL, emissions):
+        return _kernel_best_columns(graph, emissions, lengths)
+
     def one_utterance(
         graph: Fsa, emissions: jax.Array, length: jax.Array
     ) -> tuple[jax.Array, jax.Array]:
@@ -362,6 +365,22 @@ def _viterbi_decode(
         return best_columns(slots, slot_weight, final_weight, emissions, length)
 
     return _over_batch(one_utterance, graph, emissions, lengths)
+
+
+def _kernel_best_columns(
+    graph: Fsa, emissions: jax.Array, lengths: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """`viterbi_decode` by the kernel: the columns are where the best path's
+    emission indicator (its gradient) is 1, frame by frame."""
+    diff, arcs = kernel_inputs(graph, emissions)
+    aux = (arcs, lengths, graph)
+    reference = functools.partial(_scan_value_and_grads, TROPICAL)
+    _, (_, _, indicator) = dense_ops.tropical_total_and_grads(
+        reference, jax.lax.stop_gradient(diff), aux
+    )
+    columns = jnp.where(jnp.any(indicator > 0, axis=-1), jnp.argmax(indicator, axis=-1), -1)
+    score = derivatives.score(_kernel_op(TROPICAL), diff, aux)
+    return columns.astype(jnp.int32), score
 
 
 def best_columns(

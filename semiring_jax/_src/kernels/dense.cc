@@ -278,6 +278,7 @@ struct Graph {
   std::vector<int64_t> in_start, out_start;                          // [S + 1]
   std::vector<int32_t> in_arc, in_src, in_col, out_arc, out_dst, out_col;
   std::vector<double> in_lw, in_w, out_lw, out_w;  // weight - max, exp of it
+  std::vector<double> in_weight;                    // as given (TROPICAL)
   std::vector<double> final_weight, leak;          // [S]; leak empty if off
   std::vector<int32_t> columns;                    // distinct columns read
   double max_weight = 0;
@@ -352,6 +353,10 @@ void BuildGraph(const int32_t* src, const int32_t* dst, const int32_t* col, cons
     }
   };
   group(true, &g->in_start, &g->in_arc, &g->in_src, &g->in_col, &g->in_lw, &g->in_w);
+  g->in_weight.resize(g->in_arc.size());
+  for (size_t k = 0; k < g->in_arc.size(); ++k) {
+    g->in_weight[k] = static_cast<double>(weight[g->in_arc[k]]);
+  }
   group(false, &g->out_start, &g->out_arc, &g->out_dst, &g->out_col, &g->out_lw, &g->out_w);
 }
 
@@ -636,7 +641,9 @@ void LogBackward(const Graph& g, const T* e, int64_t V, int64_t length, bool exa
 // -- TROPICAL -----------------------------------------------------------------
 
 // The forward pass: the best score; choice [length S] receives each
-// state's best arc per frame (-1: none), alpha [2 S] is scratch.
+// state's best arc per frame (-1: none), alpha [2 S] is scratch. Scores
+// are sums in double of the inputs as given, not shifted per frame: a
+// shift and its return would round away a weight of 1e-38 next to 1.
 template <typename T>
 double TropicalForward(const Graph& g, const T* e, int64_t V, int64_t length, double* alpha,
                        int32_t* choice, int32_t* best_final) {
@@ -645,7 +652,7 @@ double TropicalForward(const Graph& g, const T* e, int64_t V, int64_t length, do
   double* next = alpha + S;
   std::fill(a, a + S, kNegInf<double>);
   a[0] = 0;
-  double shift = 0;
+  *best_final = -1;
   for (int64_t t = 0; t < length; ++t) {
     const T* row = e + t * V;
     bool alive = false;
@@ -653,8 +660,8 @@ double TropicalForward(const Graph& g, const T* e, int64_t V, int64_t length, do
       double best = kNegInf<double>;
       int32_t arc = -1;
       for (int64_t k = g.in_start[d]; k < g.in_start[d + 1]; ++k) {
-        const double v =
-            Times(Times(a[g.in_src[k]], g.in_lw[k]), static_cast<double>(row[g.in_col[k]]));
+        const double v = Times(Times(a[g.in_src[k]], g.in_weight[k]),
+                               static_cast<double>(row[g.in_col[k]]));
         if (v > best) best = v, arc = static_cast<int32_t>(k);
       }
       next[d] = best;
@@ -662,16 +669,14 @@ double TropicalForward(const Graph& g, const T* e, int64_t V, int64_t length, do
       if (choice) choice[t * S + d] = arc;
     }
     if (!alive) return kNegInf<double>;
-    shift += g.max_weight + Normalise(S, next);
     std::swap(a, next);
   }
   double best = kNegInf<double>;
-  *best_final = -1;
   for (int64_t s = 0; s < S; ++s) {
     const double v = Times(a[s], g.final_weight[s]);
     if (v > best) best = v, *best_final = static_cast<int32_t>(s);
   }
-  return best > kNegInf<double> ? shift + best : best;
+  return best;
 }
 
 // -- FFI handlers -------------------------------------------------------------

@@ -288,9 +288,9 @@ def test_concurrent_first_builds_agree(tmp_path, library):
     assert [path.name for path in cache.iterdir()] == [f"{key}-{sha256(library)}.so"]
 
 
-def test_the_build_has_well_under_a_minute(monkeypatch):
+def test_the_build_has_a_bounded_budget(monkeypatch):
     monkeypatch.delenv("SEMIRING_JAX_BUILD_TIMEOUT", raising=False)
-    assert loader._timeout() <= 45
+    assert loader._timeout() <= 90
     monkeypatch.setenv("SEMIRING_JAX_BUILD_TIMEOUT", "soon")
     with pytest.raises(OSError, match="SEMIRING_JAX_BUILD_TIMEOUT='soon' is not a positive"):
         loader._timeout()

@@ -273,9 +273,13 @@ Settled Settle(int64_t S, bool all_exact, const double* acc, double* out, double
 
 // One graph's live arcs (weight above -inf, column >= 0), grouped by
 // destination (forward) and by source (backward), each group in arc order.
+// Groups are laid out, and visited, in order of size (`in_order`,
+// `out_order`): consecutive states then loop over as many arcs, which the
+// branch predictor learns, where random degrees mispredict every exit.
 struct Graph {
   int64_t num_states = 0, num_arcs = 0;
-  std::vector<int64_t> in_start, out_start;                          // [S + 1]
+  std::vector<int64_t> in_begin, in_end, out_begin, out_end;  // [S], by state
+  std::vector<int32_t> in_order, out_order;                   // states by group size
   std::vector<int32_t> in_arc, in_src, in_col, out_arc, out_dst, out_col;
   std::vector<double> in_lw, in_w, out_lw, out_w;  // weight - max, exp of it
   std::vector<double> in_weight;                    // as given (TROPICAL)
@@ -330,13 +334,23 @@ void BuildGraph(const int32_t* src, const int32_t* dst, const int32_t* col, cons
     for (int64_t s = 0; s < S; ++s) g->leak[s] = std::max(static_cast<double>(leak[s]), 0.0);
   }
   // Counting sorts, stable: each group keeps arc order (the tie rule).
-  auto group = [&](bool by_dst, std::vector<int64_t>* start, std::vector<int32_t>* arc,
+  auto group = [&](bool by_dst, std::vector<int64_t>* begin, std::vector<int64_t>* end,
+                   std::vector<int32_t>* order, std::vector<int32_t>* arc,
                    std::vector<int32_t>* other, std::vector<int32_t>* column,
                    std::vector<double>* lw, std::vector<double>* w) {
-    start->assign(S + 1, 0);
-    for (int32_t a : live) ++(*start)[state(by_dst ? dst[a] : src[a]) + 1];
-    for (int64_t s = 0; s < S; ++s) (*start)[s + 1] += (*start)[s];
-    std::vector<int64_t> next(start->begin(), start->end() - 1);
+    std::vector<int64_t> size(S, 0);
+    for (int32_t a : live) ++size[state(by_dst ? dst[a] : src[a])];
+    order->resize(S);
+    for (int64_t s = 0; s < S; ++s) (*order)[s] = static_cast<int32_t>(s);
+    std::stable_sort(order->begin(), order->end(),
+                     [&](int32_t x, int32_t y) { return size[x] < size[y]; });
+    begin->assign(S, 0);
+    end->assign(S, 0);
+    int64_t at = 0;
+    for (int32_t s : *order) {
+      (*begin)[s] = (*end)[s] = at;
+      at += size[s];
+    }
     const size_t n = live.size();
     arc->resize(n);
     other->resize(n);
@@ -344,7 +358,7 @@ void BuildGraph(const int32_t* src, const int32_t* dst, const int32_t* col, cons
     lw->resize(n);
     w->resize(n);
     for (int32_t a : live) {
-      const int64_t k = next[state(by_dst ? dst[a] : src[a])]++;
+      const int64_t k = (*end)[state(by_dst ? dst[a] : src[a])]++;
       (*arc)[k] = a;
       (*other)[k] = static_cast<int32_t>(state(by_dst ? src[a] : dst[a]));
       (*column)[k] = std::min<int32_t>(col[a], static_cast<int32_t>(V - 1));
@@ -352,12 +366,12 @@ void BuildGraph(const int32_t* src, const int32_t* dst, const int32_t* col, cons
       (*w)[k] = std::exp((*lw)[k]);
     }
   };
-  group(true, &g->in_start, &g->in_arc, &g->in_src, &g->in_col, &g->in_lw, &g->in_w);
+  group(true, &g->in_begin, &g->in_end, &g->in_order, &g->in_arc, &g->in_src, &g->in_col, &g->in_lw, &g->in_w);
   g->in_weight.resize(g->in_arc.size());
   for (size_t k = 0; k < g->in_arc.size(); ++k) {
     g->in_weight[k] = static_cast<double>(weight[g->in_arc[k]]);
   }
-  group(false, &g->out_start, &g->out_arc, &g->out_dst, &g->out_col, &g->out_lw, &g->out_w);
+  group(false, &g->out_begin, &g->out_end, &g->out_order, &g->out_arc, &g->out_dst, &g->out_col, &g->out_lw, &g->out_w);
 }
 
 // -- one frame's emissions --------------------------------------------------
@@ -438,8 +452,8 @@ struct Buffers {
 int64_t MaxDegree(const Graph& g) {
   int64_t d = 1;
   for (int64_t s = 0; s < g.num_states; ++s) {
-    d = std::max(d, g.in_start[s + 1] - g.in_start[s]);
-    d = std::max(d, g.out_start[s + 1] - g.out_start[s]);
+    d = std::max(d, g.in_end[s] - g.in_begin[s]);
+    d = std::max(d, g.out_end[s] - g.out_begin[s]);
   }
   return d;
 }
@@ -502,13 +516,12 @@ double LogForward(const Graph& g, const T* e, int64_t V, int64_t length, bool ex
       const double* __restrict w = g.in_w.data();
       const int32_t* __restrict src = g.in_src.data();
       const int32_t* __restrict col = g.in_col.data();
-      const int64_t* start = g.in_start.data();
       double* __restrict acc = buf->acc;
-      for (int64_t d = 0; d < S; ++d) {
+      for (const int32_t d : g.in_order) {
         // Four partial sums: the adds do not wait on each other.
         double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        int64_t k = start[d];
-        const int64_t end = start[d + 1];
+        int64_t k = g.in_begin[d];
+        const int64_t end = g.in_end[d];
         for (; k + 4 <= end; k += 4) {
           s0 += p[src[k]] * w[k] * lin[col[k]];
           s1 += p[src[k + 1]] * w[k + 1] * lin[col[k + 1]];
@@ -520,7 +533,7 @@ double LogForward(const Graph& g, const T* e, int64_t V, int64_t length, bool ex
       }
     }
     const Settled r = Settle<kFloat>(S, exact, buf->acc, next, buf->p, [&](int64_t d) {
-      return ExactGroup(g.in_start[d], g.in_start[d + 1], g.in_src.data(), g.in_col.data(),
+      return ExactGroup(g.in_begin[d], g.in_end[d], g.in_src.data(), g.in_col.data(),
                         g.in_lw.data(), from, buf->le, buf->terms);
     });
     if (!r.alive) return kNegInf<double>;
@@ -568,7 +581,6 @@ void LogBackward(const Graph& g, const T* e, int64_t V, int64_t length, bool exa
     // The posterior of arc k (s -> d) is exp(a[s] + k_t) w[k] lin[c] q[d]:
     // the backward sum's own term times a factor per state. Where that
     // factor is huge, the term may have underflowed: exact there, from logs.
-    const int64_t* start = g.out_start.data();
     const int32_t* __restrict dst = g.out_dst.data();
     const int32_t* __restrict col = g.out_col.data();
     const double* __restrict lw = g.out_lw.data();
@@ -580,8 +592,8 @@ void LogBackward(const Graph& g, const T* e, int64_t V, int64_t length, bool exa
     double* __restrict factor = here;  // free until the sums are logged
     for (int64_t s = 0; s < S; ++s) factor[s] = a[s] + k_t;
     if (!exact) ExpArray<kFloat>(factor, factor, S);
-    for (int64_t s = 0; s < S; ++s) {
-      const int64_t begin = start[s], end = start[s + 1];
+    for (const int32_t s : g.out_order) {
+      const int64_t begin = g.out_begin[s], end = g.out_end[s];
       if (exact || !(factor[s] <= kHuge)) {
         const double from = a[s] + k_t;
         for (int64_t k = begin; k < end; ++k) {
@@ -622,17 +634,24 @@ void LogBackward(const Graph& g, const T* e, int64_t V, int64_t length, bool exa
     if (t == 0) break;
     // q, read by the loop above, now becomes exp(beta_t).
     const Settled r = Settle<kFloat>(S, exact, buf->acc, here, q, [&](int64_t s) {
-      return ExactGroup(g.out_start[s], g.out_start[s + 1], g.out_dst.data(), g.out_col.data(),
+      return ExactGroup(g.out_begin[s], g.out_end[s], g.out_dst.data(), g.out_col.data(),
                         g.out_lw.data(), beta, buf->le, buf->terms);
     });
     beta_shift += g.max_weight + em + r.shift;
-    if (!g.leak.empty()) {
+    if (!g.leak.empty() && exact) {
       // beta_t = beta'_t + Σ_r leak[r] beta'_t[r], the same for every state.
       for (int64_t s = 0; s < S; ++s) buf->acc[s] = Times(std::log(g.leak[s]), here[s]);
       const double into = LogSumExp(buf->acc, S);
       for (int64_t s = 0; s < S; ++s) here[s] = LogAdd(here[s], into);
       beta_shift += Normalise(S, here);
-      if (!exact) ExpArray<kFloat>(here, q, S);
+    } else if (!g.leak.empty()) {  // the same in linear terms, q = exp(beta'_t)
+      double into = 0;
+      for (int64_t s = 0; s < S; ++s) into += g.leak[s] * q[s];
+      for (int64_t s = 0; s < S; ++s) q[s] += into;
+      for (int64_t s = 0; s < S; ++s) {
+        if (!(q[s] >= kTiny)) here[s] = LogAdd(here[s], std::log(into));
+      }
+      LogWhereLarge<kFloat>(q, here, S);
     }
     std::swap(beta, here);
   }
@@ -656,10 +675,10 @@ double TropicalForward(const Graph& g, const T* e, int64_t V, int64_t length, do
   for (int64_t t = 0; t < length; ++t) {
     const T* row = e + t * V;
     bool alive = false;
-    for (int64_t d = 0; d < S; ++d) {
+    for (const int32_t d : g.in_order) {
       double best = kNegInf<double>;
       int32_t arc = -1;
-      for (int64_t k = g.in_start[d]; k < g.in_start[d + 1]; ++k) {
+      for (int64_t k = g.in_begin[d]; k < g.in_end[d]; ++k) {
         const double v = Times(Times(a[g.in_src[k]], g.in_weight[k]),
                                static_cast<double>(row[g.in_col[k]]));
         if (v > best) best = v, arc = static_cast<int32_t>(k);

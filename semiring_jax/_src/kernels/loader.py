@@ -3,7 +3,9 @@
 `scores.cc` runs the forward and backward recursions of acyclic Fsas in one
 pass over the arcs (`tot_score`, `arc_posteriors`); `ctc.cc` runs the CTC
 loss's forward-backward over each utterance's band (`ctc_loss`); `rnnt.cc`
-the transducer grid's over a band (the RNN-T losses); `common.h`
+the transducer grid's over a band (the RNN-T losses); `dense.cc` dense
+intersection with a general graph (`dense_tot_score`, `viterbi_decode`,
+`mmi_loss`); `common.h`
 holds their SIMD exp and log and their use of XLA's CPU threads. They are
 compiled once per machine, jaxlib version and source text with the C++
 compiler (`$CXX`, else `c++`), for the building CPU (`-march=native`, and
@@ -12,8 +14,8 @@ the installed jaxlib, so the handlers always match the runtime they are
 loaded into. The library is cached under `$SEMIRING_JAX_CACHE_DIR`, else
 `$XDG_CACHE_HOME/semiring_jax` or `~/.cache/semiring_jax`, or where that
 cannot be written, `semiring_jax-<uid>` in the temporary directory; a
-compile takes about 20 s on 2 cores, and is given `$SEMIRING_JAX_BUILD_TIMEOUT` seconds
-(45 by default) in all before the compiler is killed.
+compile takes about 30 s on 2 cores, and is given `$SEMIRING_JAX_BUILD_TIMEOUT` seconds
+(90 by default) in all before the compiler is killed.
 
 Loading a file runs its code, so a cache folder is used (read or built
 into) only if it is ours and no one else can write it: then no one else can
@@ -118,7 +120,7 @@ _NATIVE = "-march=native"
 
 # Well under a minute: a hung compiler (a stuck NFS mount, a licence
 # server) should cost the first call a pause, not hang a job.
-_TIMEOUT_S = 45.0
+_TIMEOUT_S = 90.0
 _PARTIAL = "tmp-semiring_jax-"
 # A partial file this old is no live build's (builds are killed at their
 # timeout), so one left by a SIGKILLed process can go.
@@ -386,7 +388,7 @@ def _sigterm_unwinds() -> Iterator[None]:
 @functools.cache
 def _announce() -> None:
     _LOG.warning(
-        "semiring_jax: compiling the CPU kernels, once (about 20 s); "
+        "semiring_jax: compiling the CPU kernels, once (about 30 s); "
         "SEMIRING_JAX_CPU_KERNELS=0 skips them"
     )
 

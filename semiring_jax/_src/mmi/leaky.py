@@ -69,8 +69,9 @@ def _segment_log_sum(x: jax.Array, segments: jax.Array, count: int) -> jax.Array
 
 
 def _leak(alpha: jax.Array, log_leak: jax.Array) -> jax.Array:
-    """log(exp(α) + leak · Σ exp(α))."""
-    return jnp.logaddexp(alpha, log_leak + _log_sum(alpha))
+    """log(exp(α) + leak · Σ exp(α)); -inf where both are 0, with a zero
+    gradient there (logaddexp's would be NaN)."""
+    return _log_sum(jnp.stack([alpha, log_leak + _log_sum(alpha)], axis=-1))
 
 
 def _one_total(
@@ -97,15 +98,18 @@ def _one_total(
     ) -> tuple[tuple[jax.Array, jax.Array], None]:
         alpha, shift = carry
         t, frame = inputs
+        active = t < length
+        # A frame past the length is not read: not even a NaN in it reaches
+        # the gradient (through the masked branch's 0 * NaN).
+        frame = jnp.where(active, frame, 0.0)
         new = _segment_log_sum(alpha[src] + weight + frame[column], dst, num_states)
         new = _leak(new, log_leak)
         # Normalised per frame, so that float32 keeps its precision.
         top = jax.lax.stop_gradient(jnp.max(new))
         top = jnp.where(jnp.isfinite(top), top, 0.0)
-        active = t < length
         return (jnp.where(active, new - top, alpha), jnp.where(active, shift + top, shift)), None
 
-    frames = jnp.arange(emissions.shape[0])
+    frames = jnp.arange(emissions.shape[0], dtype=jnp.int32)
     zero = jnp.zeros((), emissions.dtype)
     (alpha, shift), _ = jax.lax.scan(step, (_leak(start, log_leak), zero), (frames, emissions))
     return shift + _log_sum(alpha + final_weight)
@@ -124,5 +128,6 @@ def scan_value_and_grads(
     graph_axis = None if shared else 0
     value_and_grad = jax.value_and_grad(_one_total, argnums=(0, 1, 2))
     in_axes = (0, 0, 0, 0) + (graph_axis,) * 4
+    lengths = jnp.asarray(lengths, jnp.int32)
     value, grads = jax.vmap(value_and_grad, in_axes=in_axes)(*diff, lengths, *structure)
     return value, grads

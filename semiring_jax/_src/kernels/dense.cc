@@ -551,7 +551,7 @@ double LogForward(const Graph& g, const T* e, int64_t V, int64_t length, bool ex
 // entry; double accumulators). log_z is finite.
 template <typename T>
 void LogBackward(const Graph& g, const T* e, int64_t V, int64_t length, bool exact,
-                 const double* alpha, const double* offset, double log_z, double* ge, double* gw,
+                 const double* alpha, const double* offset, double log_z, T* ge, double* row, double* gw,
                  double* gf, Workspace* space, Buffers* buf) {
   constexpr bool kFloat = std::is_same_v<T, float>;
   const int64_t S = g.num_states;
@@ -588,7 +588,14 @@ void LogBackward(const Graph& g, const T* e, int64_t V, int64_t length, bool exa
     const double* __restrict le = buf->le;
     const double* __restrict lin = buf->lin;
     double* __restrict acc = buf->acc;
-    double* __restrict ge_row = ge + t * V;
+    // This frame's column posteriors, summed in double, then written out.
+    double* __restrict ge_row = row;
+    const bool all_columns = static_cast<int64_t>(g.columns.size()) == V;
+    if (all_columns) {
+      std::fill(row, row + V, 0.0);
+    } else {
+      for (int32_t c : g.columns) row[c] = 0.0;
+    }
     double* __restrict factor = here;  // free until the sums are logged
     for (int64_t s = 0; s < S; ++s) factor[s] = a[s] + k_t;
     if (!exact) ExpArray<kFloat>(factor, factor, S);
@@ -630,6 +637,12 @@ void LogBackward(const Graph& g, const T* e, int64_t V, int64_t length, bool exa
         ge_row[col[k]] += u * f;
       }
       acc[s] = s0 + s1;
+    }
+    T* out = ge + t * V;
+    if (all_columns) {
+      for (int64_t v = 0; v < V; ++v) out[v] = static_cast<T>(row[v]);
+    } else {
+      for (int32_t c : g.columns) out[c] = static_cast<T>(row[c]);
     }
     if (t == 0) break;
     // q, read by the loop above, now becomes exp(beta_t).
@@ -832,13 +845,13 @@ ffi::Error LogGrad(ffi::ThreadPool pool, Floats<D> emissions, Ints lengths, Ints
                 Workspace space(Buffers::Bytes(S, V, degree) +
                                 Workspace::Bytes<double>((length + 1) * S) +
                                 Workspace::Bytes<double>(length + 1) +
-                                Workspace::Bytes<double>(length * V + A + S) +
+                                Workspace::Bytes<double>(V + A + S) +
                                 2 * Workspace::Bytes<double>(S) + Workspace::Bytes<double>(n));
                 Buffers buf(S, V, degree, &space);
                 double* alpha = space.Take<double>((length + 1) * S);
                 double* offset = space.Take<double>(length + 1);
-                double* sums = space.Take<double>(length * V + A + S);
-                std::fill(sums, sums + length * V + A + S, 0.0);
+                double* sums = space.Take<double>(V + A + S);
+                std::fill(sums, sums + V + A + S, 0.0);
                 const double total =
                     LogForward<T>(g, e, V, length, exact, alpha, offset, nullptr, &buf);
                 log_z->typed_data()[b] = static_cast<T>(total);
@@ -849,12 +862,11 @@ ffi::Error LogGrad(ffi::ThreadPool pool, Floats<D> emissions, Ints lengths, Ints
                   return;
                 }
                 if (!(total > kNegInf<double>)) return;  // no path: exactly 0
-                double* sum_e = sums;
-                double* sum_w = sums + length * V;
+                double* row = sums;
+                double* sum_w = sums + V;
                 double* sum_f = sum_w + A;
-                LogBackward<T>(g, e, V, length, exact, alpha, offset, total, sum_e, sum_w, sum_f,
+                LogBackward<T>(g, e, V, length, exact, alpha, offset, total, ge, row, sum_w, sum_f,
                                &space, &buf);
-                for (int64_t i = 0; i < length * V; ++i) ge[i] = static_cast<T>(sum_e[i]);
                 for (size_t k = 0; k < g.out_arc.size(); ++k) {
                   gw[g.out_arc[k]] = static_cast<T>(sum_w[k]);
                 }

@@ -478,6 +478,9 @@ def test_errors():
 # -- 7. kernel and scan agree -------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "dtype", ["float64", pytest.param("float32", marks=pytest.mark.slow)]
+)  # float32 agreement: test_matches_the_oracle on both paths
 def test_kernel_and_scan_agree(dtype, monkeypatch):
     jax.clear_caches()
     if not loader.enabled():

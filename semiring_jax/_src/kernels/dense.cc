@@ -776,6 +776,28 @@ inline int64_t LengthAt(const Sizes& z, const Ints& lengths, int64_t b) {
   return std::clamp<int64_t>(lengths.typed_data()[b], 0, z.frames);
 }
 
+// One batch entry's gradient outputs: emissions [T, V], weights [A],
+// final weights [S].
+template <typename T>
+struct GradOut {
+  T *emission, *weight, *final_weight;
+  int64_t num_emissions, num_arcs, num_states;
+
+  void Fill(T value) const {
+    std::fill(emission, emission + num_emissions, value);
+    std::fill(weight, weight + num_arcs, value);
+    std::fill(final_weight, final_weight + num_states, value);
+  }
+};
+
+template <typename T, ffi::DataType D>
+GradOut<T> GradAt(const Sizes& z, int64_t b, ffi::ResultBuffer<D>& emission_grad,
+                  ffi::ResultBuffer<D>& weight_grad, ffi::ResultBuffer<D>& final_grad) {
+  const int64_t n = z.frames * z.vocab;
+  return {emission_grad->typed_data() + b * n, weight_grad->typed_data() + b * z.arcs,
+          final_grad->typed_data() + b * z.states, n, z.arcs, z.states};
+}
+
 template <ffi::DataType D>
 ffi::Error LogTotal(ffi::ThreadPool pool, Floats<D> emissions, Ints lengths, Ints src, Ints dst,
                     Ints col, Floats<D> weight, Floats<D> final_weight, Floats<D> leak,
@@ -824,19 +846,14 @@ ffi::Error LogGrad(ffi::ThreadPool pool, Floats<D> emissions, Ints lengths, Ints
                 const int64_t length = LengthAt(z, lengths, b);
                 const int64_t S = z.states, V = z.vocab, A = z.arcs;
                 const T* e = emissions.typed_data() + b * z.frames * V;
-                T* ge = emission_grad->typed_data() + b * z.frames * V;
-                T* gw = weight_grad->typed_data() + b * A;
-                T* gf = final_grad->typed_data() + b * S;
-                std::fill(ge, ge + z.frames * V, T(0));
-                std::fill(gw, gw + A, T(0));
-                std::fill(gf, gf + S, T(0));
+                const GradOut<T> out = GradAt<T>(z, b, emission_grad, weight_grad, final_grad);
+                T *ge = out.emission, *gw = out.weight, *gf = out.final_weight;
+                out.Fill(T(0));
                 const Reads r = ScanEmissions(g, e, V, length);
                 large->typed_data()[b] = g.large || r.large;
                 if (g.nan || r.nan) {
                   log_z->typed_data()[b] = kNaN<T>;
-                  std::fill(ge, ge + z.frames * V, kNaN<T>);
-                  std::fill(gw, gw + A, kNaN<T>);
-                  std::fill(gf, gf + S, kNaN<T>);
+                  out.Fill(kNaN<T>);
                   return;
                 }
                 const bool exact = g.inf || r.inf;
@@ -856,9 +873,7 @@ ffi::Error LogGrad(ffi::ThreadPool pool, Floats<D> emissions, Ints lengths, Ints
                     LogForward<T>(g, e, V, length, exact, alpha, offset, nullptr, &buf);
                 log_z->typed_data()[b] = static_cast<T>(total);
                 if (total == kPosInf<double>) {
-                  std::fill(ge, ge + z.frames * V, kNaN<T>);
-                  std::fill(gw, gw + A, kNaN<T>);
-                  std::fill(gf, gf + S, kNaN<T>);
+                  out.Fill(kNaN<T>);
                   return;
                 }
                 if (!(total > kNegInf<double>)) return;  // no path: exactly 0
@@ -917,19 +932,14 @@ ffi::Error TropicalGrad(ffi::ThreadPool pool, Floats<D> emissions, Ints lengths,
   RunBatch<T>(pool, z, src, dst, col, weight.typed_data(), final_weight.typed_data(),
               leak.typed_data(), [&](int64_t b, const Graph& g) {
                 const int64_t length = LengthAt(z, lengths, b);
-                const int64_t S = z.states, V = z.vocab, A = z.arcs;
+                const int64_t S = z.states, V = z.vocab;
                 const T* e = emissions.typed_data() + b * z.frames * V;
-                T* ge = emission_grad->typed_data() + b * z.frames * V;
-                T* gw = weight_grad->typed_data() + b * A;
-                T* gf = final_grad->typed_data() + b * S;
-                std::fill(ge, ge + z.frames * V, T(0));
-                std::fill(gw, gw + A, T(0));
-                std::fill(gf, gf + S, T(0));
+                const GradOut<T> out = GradAt<T>(z, b, emission_grad, weight_grad, final_grad);
+                T *ge = out.emission, *gw = out.weight, *gf = out.final_weight;
+                out.Fill(T(0));
                 if (g.nan || ScanEmissions(g, e, V, length).nan) {
                   score->typed_data()[b] = kNaN<T>;
-                  std::fill(ge, ge + z.frames * V, kNaN<T>);
-                  std::fill(gw, gw + A, kNaN<T>);
-                  std::fill(gf, gf + S, kNaN<T>);
+                  out.Fill(kNaN<T>);
                   return;
                 }
                 Workspace space(Workspace::Bytes<double>(2 * S) +

@@ -270,6 +270,9 @@ def central_differences(fn, x, h=1e-6):
     return grad
 
 
+@pytest.mark.parametrize(
+    "path", ["kernel", pytest.param("scan", marks=pytest.mark.slow)], indirect=True
+)  # the scan's gradients: test_kernel_and_scan_agree
 def test_gradients_match_finite_differences(path):
     num, den, log_probs, lengths = feasible_setup()
     den_scale = 0.7

@@ -194,6 +194,7 @@ def test_batches_split_over_threads_agree():
     np.testing.assert_allclose(np.concatenate(alone), np.asarray(kernel)[[0, 7]], rtol=1e-6)
 
 
+@pytest.mark.slow  # tests/scores/test_precision.py checks the default path at T = 5,000 too
 def test_float32_keeps_float64_precision_over_5000_frames():
     """API.md's precision bar, on the kernel: values within 1e-5 relative
     and gradients within 1e-4 absolute of float64 on the same inputs."""

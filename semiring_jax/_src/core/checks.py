@@ -7,7 +7,14 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["check_float_dtype", "check_not_traced", "check_shape", "concrete", "is_traced"]
+__all__ = [
+    "check_float_dtype",
+    "check_int",
+    "check_not_traced",
+    "check_shape",
+    "concrete",
+    "is_traced",
+]
 
 
 def is_traced(value: Any) -> bool:
@@ -51,3 +58,13 @@ def check_shape(value: Any, name: str, fn: str, expected: tuple[int, ...], descr
         raise ValueError(
             f"{fn}: {name} must have shape {described} = {tuple(expected)}, got {shape}"
         )
+
+
+def check_int(value: Any, name: str, fn: str, low: int) -> int:
+    """`value` as an int in [low, 2**31 - 1] (int32); a ValueError naming
+    `name` otherwise (bools are refused)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{fn}: {name} must be an int, got {value!r}")
+    if not low <= value <= np.iinfo(np.int32).max:
+        raise ValueError(f"{fn}: {name} = {value} is outside [{low}, 2**31 - 1]")
+    return int(value)

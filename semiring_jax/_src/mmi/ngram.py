@@ -19,16 +19,6 @@ from semiring_jax._src.mmi.host import arpa, ngram
 
 __all__ = ["ngram_fsa", "read_arpa"]
 
-_INT32_MAX = int(np.iinfo(np.int32).max)
-
-
-def _check_int(value: Any, name: str, fn: str, low: int) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{fn}: {name} must be an int, got {value!r}")
-    if not low <= value <= _INT32_MAX:
-        raise ValueError(f"{fn}: {name} = {value} is outside [{low}, 2**31 - 1]")
-    return int(value)
-
 
 def _fsa(arcs: ngram.Arcs, dtype: np.dtype) -> Fsa:
     """The acceptor of host arcs (start state 0)."""
@@ -121,8 +111,8 @@ def ngram_fsa(
     """
     fn = "ngram_fsa"
     dtype = checks.check_float_dtype(dtype, "dtype", fn)
-    num_symbols = _check_int(num_symbols, "num_symbols", fn, 1)
-    order = _check_int(order, "order", fn, 1)
+    num_symbols = checks.check_int(num_symbols, "num_symbols", fn, 1)
+    order = checks.check_int(order, "order", fn, 1)
     if isinstance(discount, bool) or not isinstance(discount, (int, float, np.floating)):
         raise ValueError(f"{fn}: discount must be a float in [0, 1], got {discount!r}")
     if not 0.0 <= float(discount) <= 1.0:

@@ -22,14 +22,6 @@ __all__ = ["denominator_graph", "hmm_topo", "numerator_graphs"]
 _INT32_MAX = int(np.iinfo(np.int32).max)
 
 
-def _check_int(value: Any, name: str, fn: str, low: int) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{fn}: {name} must be an int, got {value!r}")
-    if not low <= value <= _INT32_MAX:
-        raise ValueError(f"{fn}: {name} = {value} is outside [{low}, 2**31 - 1]")
-    return int(value)
-
-
 def hmm_topo(num_phones: int, *, pdfs_per_phone: int = 2, dtype: npt.DTypeLike = np.float32) -> Fsa:
     """Kaldi's chain topology for every phone, as a transducer from pdf ids
     (plus one) to phones.
@@ -68,7 +60,7 @@ def hmm_topo(num_phones: int, *, pdfs_per_phone: int = 2, dtype: npt.DTypeLike =
     """
     fn = "hmm_topo"
     dtype = checks.check_float_dtype(dtype, "dtype", fn)
-    num_phones = _check_int(num_phones, "num_phones", fn, 1)
+    num_phones = checks.check_int(num_phones, "num_phones", fn, 1)
     if isinstance(pdfs_per_phone, bool) or pdfs_per_phone not in (1, 2):
         raise ValueError(f"{fn}: pdfs_per_phone must be 1 or 2, got {pdfs_per_phone!r}")
     if num_phones * pdfs_per_phone > _INT32_MAX:

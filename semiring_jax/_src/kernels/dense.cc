@@ -269,6 +269,17 @@ Settled Settle(int64_t S, bool all_exact, const double* acc, double* out, double
   return r;
 }
 
+// NaN, +inf or a finite value beyond kLarge among the numbers read.
+struct Reads {
+  bool nan = false, inf = false, large = false;
+
+  void Add(double x) {
+    nan |= x != x;
+    inf |= x == kPosInf<double>;
+    large |= std::fabs(x) > kLarge && std::fabs(x) < kPosInf<double>;
+  }
+};
+
 // -- the graph ------------------------------------------------------------------
 
 // One graph's live arcs (weight above -inf, column >= 0), grouped by
@@ -286,14 +297,8 @@ struct Graph {
   std::vector<double> final_weight, leak;          // [S]; leak empty if off
   std::vector<int32_t> columns;                    // distinct columns read
   double max_weight = 0;
-  bool nan = false, inf = false, large = false;
+  Reads reads;  // what its weights, final weights and leak hold
 };
-
-inline void Flag(double x, Graph* g) {
-  g->nan |= x != x;
-  g->inf |= x == kPosInf<double>;
-  g->large |= std::fabs(x) > kLarge && std::fabs(x) < kPosInf<double>;
-}
 
 template <typename T>
 void BuildGraph(const int32_t* src, const int32_t* dst, const int32_t* col, const T* weight,
@@ -308,7 +313,7 @@ void BuildGraph(const int32_t* src, const int32_t* dst, const int32_t* col, cons
     if (col[a] < 0) continue;
     used[std::min<int64_t>(col[a], V - 1)] = true;
     const double w = static_cast<double>(weight[a]);
-    Flag(w, g);
+    g->reads.Add(w);
     if (w > kNegInf<double>) live.push_back(static_cast<int32_t>(a));
   }
   for (int64_t v = 0; v < V; ++v) {
@@ -324,9 +329,9 @@ void BuildGraph(const int32_t* src, const int32_t* dst, const int32_t* col, cons
   bool leaky = false;
   for (int64_t s = 0; s < S; ++s) {
     g->final_weight[s] = static_cast<double>(final_weight[s]);
-    Flag(g->final_weight[s], g);
+    g->reads.Add(g->final_weight[s]);
     const double l = static_cast<double>(leak[s]);
-    g->nan |= l != l;
+    g->reads.nan |= l != l;
     leaky |= l != 0;
   }
   if (leaky) {
@@ -376,21 +381,13 @@ void BuildGraph(const int32_t* src, const int32_t* dst, const int32_t* col, cons
 
 // -- one frame's emissions --------------------------------------------------
 
-// What an utterance reads of its emissions within the length.
-struct Reads {
-  bool nan = false, inf = false, large = false;
-};
-
+// What an utterance reads, its graph's numbers and its emissions within
+// the length.
 template <typename T>
-Reads ScanEmissions(const Graph& g, const T* e, int64_t V, int64_t length) {
-  Reads r;
+Reads ReadsOf(const Graph& g, const T* e, int64_t V, int64_t length) {
+  Reads r = g.reads;
   for (int64_t t = 0; t < length; ++t) {
-    for (int32_t c : g.columns) {
-      const double x = static_cast<double>(e[t * V + c]);
-      r.nan |= x != x;
-      r.inf |= x == kPosInf<double>;
-      r.large |= std::fabs(x) > kLarge && std::fabs(x) < kPosInf<double>;
-    }
+    for (int32_t c : g.columns) r.Add(static_cast<double>(e[t * V + c]));
   }
   return r;
 }
@@ -751,29 +748,38 @@ ffi::Error GetSizes(const E& emissions, const I& lengths, const I& src, const I&
   return ffi::Error::Success();
 }
 
-// Runs body(b, graph) for each batch entry, over threads: one graph built
-// for all when shared, else each entry's own.
-template <typename T, typename Body>
-void RunBatch(ffi::ThreadPool& pool, const Sizes& z, const Ints& src, const Ints& dst,
-              const Ints& col, const T* weight, const T* final_weight, const T* leak,
-              const Body& body) {
+// Checks the arrays' sizes, then runs body(z, b, graph, length, emissions
+// [T, V] of entry b) for each batch entry over XLA's threads: one graph
+// built for all when shared, else each entry's own. Lengths are clamped to
+// [0, T].
+template <ffi::DataType D, typename Body>
+ffi::Error ForUtterances(ffi::ThreadPool& pool, const Floats<D>& emissions, const Ints& lengths,
+                         const Ints& src, const Ints& dst, const Ints& col,
+                         const Floats<D>& weight, const Floats<D>& final_weight,
+                         const Floats<D>& leak, const Body& body) {
+  using T = ffi::NativeType<D>;
+  Sizes z;
+  if (auto error = GetSizes(emissions, lengths, src, dst, col, weight, final_weight, leak, &z);
+      error.failure()) {
+    return error;
+  }
   auto build = [&](int64_t i, Graph* g) {
     BuildGraph<T>(src.typed_data() + i * z.arcs, dst.typed_data() + i * z.arcs,
-                  col.typed_data() + i * z.arcs, weight + i * z.arcs,
-                  final_weight + i * z.states, leak + i * z.states, z.arcs, z.states, z.vocab, g);
+                  col.typed_data() + i * z.arcs, weight.typed_data() + i * z.arcs,
+                  final_weight.typed_data() + i * z.states, leak.typed_data() + i * z.states,
+                  z.arcs, z.states, z.vocab, g);
   };
   Graph shared;
   if (z.graphs == 1) build(0, &shared);
   ForEntries(pool, z.batch, z.frames * (z.arcs + z.states), [&](int64_t b) {
-    if (z.graphs == 1) return body(b, shared);
+    const int64_t length = std::clamp<int64_t>(lengths.typed_data()[b], 0, z.frames);
+    const T* e = emissions.typed_data() + b * z.frames * z.vocab;
+    if (z.graphs == 1) return body(z, b, shared, length, e);
     Graph own;
     build(b, &own);
-    body(b, own);
+    body(z, b, own, length, e);
   });
-}
-
-inline int64_t LengthAt(const Sizes& z, const Ints& lengths, int64_t b) {
-  return std::clamp<int64_t>(lengths.typed_data()[b], 0, z.frames);
+  return ffi::Error::Success();
 }
 
 // One batch entry's gradient outputs: emissions [T, V], weights [A],
@@ -803,30 +809,23 @@ ffi::Error LogTotal(ffi::ThreadPool pool, Floats<D> emissions, Ints lengths, Int
                     Ints col, Floats<D> weight, Floats<D> final_weight, Floats<D> leak,
                     ffi::ResultBuffer<D> log_z, ffi::ResultBuffer<ffi::S32> large) {
   using T = ffi::NativeType<D>;
-  Sizes z;
-  if (auto error = GetSizes(emissions, lengths, src, dst, col, weight, final_weight, leak, &z);
-      error.failure()) {
-    return error;
-  }
-  RunBatch<T>(pool, z, src, dst, col, weight.typed_data(), final_weight.typed_data(),
-              leak.typed_data(), [&](int64_t b, const Graph& g) {
-                const int64_t length = LengthAt(z, lengths, b);
-                const T* e = emissions.typed_data() + b * z.frames * z.vocab;
-                const Reads r = ScanEmissions(g, e, z.vocab, length);
-                large->typed_data()[b] = g.large || r.large;
-                if (g.nan || r.nan) {
-                  log_z->typed_data()[b] = kNaN<T>;
-                  return;
-                }
-                const int64_t S = z.states;
-                const int64_t degree = MaxDegree(g);
-                Workspace space(Buffers::Bytes(S, z.vocab, degree) + Workspace::Bytes<double>(2 * S));
-                Buffers buf(S, z.vocab, degree, &space);
-                double* roll = space.Take<double>(2 * S);
-                log_z->typed_data()[b] = static_cast<T>(LogForward<T>(
-                    g, e, z.vocab, length, g.inf || r.inf, nullptr, nullptr, roll, &buf));
-              });
-  return ffi::Error::Success();
+  return ForUtterances<D>(
+      pool, emissions, lengths, src, dst, col, weight, final_weight, leak,
+      [&](const Sizes& z, int64_t b, const Graph& g, int64_t length, const T* e) {
+        const Reads r = ReadsOf(g, e, z.vocab, length);
+        large->typed_data()[b] = r.large;
+        if (r.nan) {
+          log_z->typed_data()[b] = kNaN<T>;
+          return;
+        }
+        const int64_t S = z.states;
+        const int64_t degree = MaxDegree(g);
+        Workspace space(Buffers::Bytes(S, z.vocab, degree) + Workspace::Bytes<double>(2 * S));
+        Buffers buf(S, z.vocab, degree, &space);
+        double* roll = space.Take<double>(2 * S);
+        log_z->typed_data()[b] = static_cast<T>(LogForward<T>(
+            g, e, z.vocab, length, r.inf, nullptr, nullptr, roll, &buf));
+      });
 }
 
 template <ffi::DataType D>
@@ -836,58 +835,51 @@ ffi::Error LogGrad(ffi::ThreadPool pool, Floats<D> emissions, Ints lengths, Ints
                    ffi::ResultBuffer<D> emission_grad, ffi::ResultBuffer<D> weight_grad,
                    ffi::ResultBuffer<D> final_grad) {
   using T = ffi::NativeType<D>;
-  Sizes z;
-  if (auto error = GetSizes(emissions, lengths, src, dst, col, weight, final_weight, leak, &z);
-      error.failure()) {
-    return error;
-  }
-  RunBatch<T>(pool, z, src, dst, col, weight.typed_data(), final_weight.typed_data(),
-              leak.typed_data(), [&](int64_t b, const Graph& g) {
-                const int64_t length = LengthAt(z, lengths, b);
-                const int64_t S = z.states, V = z.vocab, A = z.arcs;
-                const T* e = emissions.typed_data() + b * z.frames * V;
-                const GradOut<T> out = GradAt<T>(z, b, emission_grad, weight_grad, final_grad);
-                T *ge = out.emission, *gw = out.weight, *gf = out.final_weight;
-                out.Fill(T(0));
-                const Reads r = ScanEmissions(g, e, V, length);
-                large->typed_data()[b] = g.large || r.large;
-                if (g.nan || r.nan) {
-                  log_z->typed_data()[b] = kNaN<T>;
-                  out.Fill(kNaN<T>);
-                  return;
-                }
-                const bool exact = g.inf || r.inf;
-                const int64_t degree = MaxDegree(g);
-                const int64_t n = static_cast<int64_t>(g.out_arc.size());
-                Workspace space(Buffers::Bytes(S, V, degree) +
-                                Workspace::Bytes<double>((length + 1) * S) +
-                                Workspace::Bytes<double>(length + 1) +
-                                Workspace::Bytes<double>(V + A + S) +
-                                2 * Workspace::Bytes<double>(S) + Workspace::Bytes<double>(n));
-                Buffers buf(S, V, degree, &space);
-                double* alpha = space.Take<double>((length + 1) * S);
-                double* offset = space.Take<double>(length + 1);
-                double* sums = space.Take<double>(V + A + S);
-                std::fill(sums, sums + V + A + S, 0.0);
-                const double total =
-                    LogForward<T>(g, e, V, length, exact, alpha, offset, nullptr, &buf);
-                log_z->typed_data()[b] = static_cast<T>(total);
-                if (total == kPosInf<double>) {
-                  out.Fill(kNaN<T>);
-                  return;
-                }
-                if (!(total > kNegInf<double>)) return;  // no path: exactly 0
-                double* row = sums;
-                double* sum_w = sums + V;
-                double* sum_f = sum_w + A;
-                LogBackward<T>(g, e, V, length, exact, alpha, offset, total, ge, row, sum_w, sum_f,
-                               &space, &buf);
-                for (size_t k = 0; k < g.out_arc.size(); ++k) {
-                  gw[g.out_arc[k]] = static_cast<T>(sum_w[k]);
-                }
-                for (int64_t s = 0; s < S; ++s) gf[s] = static_cast<T>(std::min(sum_f[s], 1.0));
-              });
-  return ffi::Error::Success();
+  return ForUtterances<D>(
+      pool, emissions, lengths, src, dst, col, weight, final_weight, leak,
+      [&](const Sizes& z, int64_t b, const Graph& g, int64_t length, const T* e) {
+        const int64_t S = z.states, V = z.vocab, A = z.arcs;
+        const GradOut<T> out = GradAt<T>(z, b, emission_grad, weight_grad, final_grad);
+        T *ge = out.emission, *gw = out.weight, *gf = out.final_weight;
+        out.Fill(T(0));
+        const Reads r = ReadsOf(g, e, V, length);
+        large->typed_data()[b] = r.large;
+        if (r.nan) {
+          log_z->typed_data()[b] = kNaN<T>;
+          out.Fill(kNaN<T>);
+          return;
+        }
+        const bool exact = r.inf;
+        const int64_t degree = MaxDegree(g);
+        const int64_t n = static_cast<int64_t>(g.out_arc.size());
+        Workspace space(Buffers::Bytes(S, V, degree) +
+                        Workspace::Bytes<double>((length + 1) * S) +
+                        Workspace::Bytes<double>(length + 1) +
+                        Workspace::Bytes<double>(V + A + S) +
+                        2 * Workspace::Bytes<double>(S) + Workspace::Bytes<double>(n));
+        Buffers buf(S, V, degree, &space);
+        double* alpha = space.Take<double>((length + 1) * S);
+        double* offset = space.Take<double>(length + 1);
+        double* sums = space.Take<double>(V + A + S);
+        std::fill(sums, sums + V + A + S, 0.0);
+        const double total =
+            LogForward<T>(g, e, V, length, exact, alpha, offset, nullptr, &buf);
+        log_z->typed_data()[b] = static_cast<T>(total);
+        if (total == kPosInf<double>) {
+          out.Fill(kNaN<T>);
+          return;
+        }
+        if (!(total > kNegInf<double>)) return;  // no path: exactly 0
+        double* row = sums;
+        double* sum_w = sums + V;
+        double* sum_f = sum_w + A;
+        LogBackward<T>(g, e, V, length, exact, alpha, offset, total, ge, row, sum_w, sum_f,
+                       &space, &buf);
+        for (size_t k = 0; k < g.out_arc.size(); ++k) {
+          gw[g.out_arc[k]] = static_cast<T>(sum_w[k]);
+        }
+        for (int64_t s = 0; s < S; ++s) gf[s] = static_cast<T>(std::min(sum_f[s], 1.0));
+      });
 }
 
 template <ffi::DataType D>
@@ -895,26 +887,19 @@ ffi::Error TropicalTotal(ffi::ThreadPool pool, Floats<D> emissions, Ints lengths
                          Ints dst, Ints col, Floats<D> weight, Floats<D> final_weight,
                          Floats<D> leak, ffi::ResultBuffer<D> score) {
   using T = ffi::NativeType<D>;
-  Sizes z;
-  if (auto error = GetSizes(emissions, lengths, src, dst, col, weight, final_weight, leak, &z);
-      error.failure()) {
-    return error;
-  }
-  RunBatch<T>(pool, z, src, dst, col, weight.typed_data(), final_weight.typed_data(),
-              leak.typed_data(), [&](int64_t b, const Graph& g) {
-                const int64_t length = LengthAt(z, lengths, b);
-                const T* e = emissions.typed_data() + b * z.frames * z.vocab;
-                if (g.nan || ScanEmissions(g, e, z.vocab, length).nan) {
-                  score->typed_data()[b] = kNaN<T>;
-                  return;
-                }
-                Workspace space(Workspace::Bytes<double>(2 * z.states));
-                double* alpha = space.Take<double>(2 * z.states);
-                int32_t last = -1;
-                score->typed_data()[b] = static_cast<T>(
-                    TropicalForward<T>(g, e, z.vocab, length, alpha, nullptr, &last));
-              });
-  return ffi::Error::Success();
+  return ForUtterances<D>(
+      pool, emissions, lengths, src, dst, col, weight, final_weight, leak,
+      [&](const Sizes& z, int64_t b, const Graph& g, int64_t length, const T* e) {
+        if (ReadsOf(g, e, z.vocab, length).nan) {
+          score->typed_data()[b] = kNaN<T>;
+          return;
+        }
+        Workspace space(Workspace::Bytes<double>(2 * z.states));
+        double* alpha = space.Take<double>(2 * z.states);
+        int32_t last = -1;
+        score->typed_data()[b] = static_cast<T>(
+            TropicalForward<T>(g, e, z.vocab, length, alpha, nullptr, &last));
+      });
 }
 
 template <ffi::DataType D>
@@ -924,41 +909,34 @@ ffi::Error TropicalGrad(ffi::ThreadPool pool, Floats<D> emissions, Ints lengths,
                         ffi::ResultBuffer<D> emission_grad, ffi::ResultBuffer<D> weight_grad,
                         ffi::ResultBuffer<D> final_grad) {
   using T = ffi::NativeType<D>;
-  Sizes z;
-  if (auto error = GetSizes(emissions, lengths, src, dst, col, weight, final_weight, leak, &z);
-      error.failure()) {
-    return error;
-  }
-  RunBatch<T>(pool, z, src, dst, col, weight.typed_data(), final_weight.typed_data(),
-              leak.typed_data(), [&](int64_t b, const Graph& g) {
-                const int64_t length = LengthAt(z, lengths, b);
-                const int64_t S = z.states, V = z.vocab;
-                const T* e = emissions.typed_data() + b * z.frames * V;
-                const GradOut<T> out = GradAt<T>(z, b, emission_grad, weight_grad, final_grad);
-                T *ge = out.emission, *gw = out.weight, *gf = out.final_weight;
-                out.Fill(T(0));
-                if (g.nan || ScanEmissions(g, e, V, length).nan) {
-                  score->typed_data()[b] = kNaN<T>;
-                  out.Fill(kNaN<T>);
-                  return;
-                }
-                Workspace space(Workspace::Bytes<double>(2 * S) +
-                                Workspace::Bytes<int32_t>(length * S));
-                double* alpha = space.Take<double>(2 * S);
-                int32_t* choice = space.Take<int32_t>(length * S);
-                int32_t state = -1;
-                const double best = TropicalForward<T>(g, e, V, length, alpha, choice, &state);
-                score->typed_data()[b] = static_cast<T>(best);
-                if (!(best > kNegInf<double>) || state < 0) return;  // no path
-                gf[state] = T(1);
-                for (int64_t t = length - 1; t >= 0; --t) {
-                  const int32_t k = choice[t * S + state];
-                  ge[t * V + g.in_col[k]] += T(1);
-                  gw[g.in_arc[k]] += T(1);
-                  state = g.in_src[k];
-                }
-              });
-  return ffi::Error::Success();
+  return ForUtterances<D>(
+      pool, emissions, lengths, src, dst, col, weight, final_weight, leak,
+      [&](const Sizes& z, int64_t b, const Graph& g, int64_t length, const T* e) {
+        const int64_t S = z.states, V = z.vocab;
+        const GradOut<T> out = GradAt<T>(z, b, emission_grad, weight_grad, final_grad);
+        T *ge = out.emission, *gw = out.weight, *gf = out.final_weight;
+        out.Fill(T(0));
+        if (ReadsOf(g, e, V, length).nan) {
+          score->typed_data()[b] = kNaN<T>;
+          out.Fill(kNaN<T>);
+          return;
+        }
+        Workspace space(Workspace::Bytes<double>(2 * S) +
+                        Workspace::Bytes<int32_t>(length * S));
+        double* alpha = space.Take<double>(2 * S);
+        int32_t* choice = space.Take<int32_t>(length * S);
+        int32_t state = -1;
+        const double best = TropicalForward<T>(g, e, V, length, alpha, choice, &state);
+        score->typed_data()[b] = static_cast<T>(best);
+        if (!(best > kNegInf<double>) || state < 0) return;  // no path
+        gf[state] = T(1);
+        for (int64_t t = length - 1; t >= 0; --t) {
+          const int32_t k = choice[t * S + state];
+          ge[t * V + g.in_col[k]] += T(1);
+          gw[g.in_arc[k]] += T(1);
+          state = g.in_src[k];
+        }
+      });
 }
 
 template <ffi::DataType D>

@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
 
 __all__ = ["KernelOp", "ScoreOp", "kernel", "score", "undefined_to_nan"]
 
@@ -37,10 +38,19 @@ ValueAndGrad = Callable[[Any, Any], tuple[jax.Array, Any]]
 
 class ScoreOp(NamedTuple):
     """An op's value and its (value, gradient); hashable, so build each
-    once (e.g. under `functools.cache`) and traces share it."""
+    once (e.g. under `functools.cache`) and traces share it.
+
+    `value_and_some_grads(diff, aux, wanted)`, where given, computes only
+    the gradient leaves that `wanted` (a tuple of bools, one per leaf of a
+    tuple `diff`) marks, the others None: `score` calls it with the leaves
+    the caller differentiates, so that an op skips work for the rest (e.g.
+    the weights' gradient when only the emissions are trained)."""
 
     value: Callable[[Any, Any], jax.Array]
     value_and_grad: ValueAndGrad
+    value_and_some_grads: Callable[[Any, Any, tuple[bool, ...]], tuple[jax.Array, Any]] | None = (
+        None
+    )
 
 
 class KernelOp(NamedTuple):
@@ -51,14 +61,23 @@ class KernelOp(NamedTuple):
     reference: ValueAndGrad
 
 
+def _is_zero(tangent: Any) -> bool:
+    return isinstance(tangent, SymbolicZero)
+
+
 def _contract(value: jax.Array, grad: Any, tangent: Any) -> jax.Array:
-    """Σ over each leaf's trailing axes of gradient * tangent: [*batch]."""
+    """Σ over each leaf's trailing axes of gradient * tangent: [*batch];
+    symbolic zero tangents (and their None gradients) add nothing."""
     batch = value.ndim
 
-    def term(g: jax.Array, t: jax.Array) -> jax.Array:
+    def term(t: Any, g: jax.Array | None) -> jax.Array | None:
+        if _is_zero(t) or g is None:
+            return None
         return jnp.sum(g * t.astype(g.dtype), axis=tuple(range(batch, g.ndim)))
 
-    terms = jax.tree_util.tree_leaves(jax.tree_util.tree_map(term, grad, tangent))
+    terms = jax.tree_util.tree_leaves(
+        jax.tree_util.tree_map(term, tangent, grad, is_leaf=lambda x: _is_zero(x) or x is None)
+    )
     total: jax.Array = functools.reduce(jnp.add, terms, jnp.zeros_like(value))
     return total
 
@@ -69,11 +88,20 @@ def score(op: ScoreOp, diff: Any, aux: Any) -> jax.Array:
     return op.value(diff, aux)
 
 
-@score.defjvp
 def _score_jvp(op: ScoreOp, primals: tuple[Any, Any], tangents: tuple[Any, Any]) -> Any:
     diff, aux = primals
-    value, grad = op.value_and_grad(diff, aux)
-    return value, _contract(value, grad, tangents[0])
+    tangent = tangents[0]
+    if op.value_and_some_grads is not None and isinstance(tangent, tuple):
+        wanted = tuple(not _is_zero(t) for t in tangent)
+        value, grad = op.value_and_some_grads(diff, aux, wanted)
+    else:
+        value, grad = op.value_and_grad(diff, aux)
+    return value, _contract(value, grad, tangent)
+
+
+# Symbolic zeros: the tangents of the inputs nobody differentiates arrive
+# as `SymbolicZero`, so their gradients need not be computed.
+score.defjvp(_score_jvp, symbolic_zeros=True)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))

@@ -217,3 +217,22 @@ def test_float32_keeps_float64_precision_over_5000_frames():
     assert np.isfinite(v64)
     np.testing.assert_allclose(v32, v64, rtol=1e-5)
     np.testing.assert_allclose(g32, g64, atol=1e-4)
+
+
+def test_the_weights_gradient_is_skipped_when_unwanted():
+    rng = np.random.default_rng(3)
+    graph = _random_graph(rng, np.float64, 5, 12)
+    emissions = jnp.asarray(rng.normal(size=(B, T, V)))
+    lengths = jnp.array([T, 3, 0], jnp.int32)
+    diff, arcs = dense.kernel_inputs(graph, emissions)
+    aux = (arcs, lengths, graph)
+    op = dense._kernel_op(sj.LOG)
+    full = jax.jit(op.value_and_grad)(diff, aux)
+    some = jax.jit(lambda d, a: op.value_and_some_grads(d, a, (False, True, True)))(diff, aux)
+    assert some[1][0] is None
+    np.testing.assert_array_equal(some[0], full[0])
+    for got, want in zip(some[1][1:], full[1][1:], strict=True):
+        np.testing.assert_array_equal(got, want)
+    # jax.grad in the emissions alone takes that path and agrees.
+    grad = jax.jit(jax.grad(lambda e: jnp.sum(dense.kernel_total(sj.LOG, graph, e, lengths))))
+    np.testing.assert_allclose(grad(emissions), full[1][2], rtol=1e-12)

@@ -23,7 +23,7 @@ from semiring_jax._src.core import checks, derivatives
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.host import messages
 from semiring_jax._src.core.semiring import LOG, TROPICAL, Semiring
-from semiring_jax._src.dense import frame_scan
+from semiring_jax._src.dense import arc_scan, frame_scan
 from semiring_jax._src.dense.slots import Slots, Tree
 from semiring_jax._src.kernels import dense_ops
 
@@ -223,24 +223,56 @@ def kernel_inputs(
     return (widen(weight), widen(final_weight), emissions), arcs
 
 
+def _frame_scan_total(
+    semiring: Semiring,
+    weight: jax.Array,
+    final: jax.Array,
+    emissions: jax.Array,
+    length: jax.Array,
+    graph: Fsa,
+) -> jax.Array:
+    """The frame scan's total of one utterance, in the kernel's inputs."""
+    fsa = graph.replace(weight=weight.astype(graph.dtype), final_weight=final.astype(graph.dtype))
+    slots, slot_weight, final_weight = graph_slots(fsa, semiring)
+    return frame_scan.total(semiring, slots, slot_weight, final_weight, emissions, length)
+
+
+def _scan_value(semiring: Semiring, diff: dense_ops.Diff, aux: dense_ops.Aux) -> jax.Array:
+    """The frame scan's totals [B]; aux = (arcs, lengths, graph)."""
+    _, lengths, graph = aux
+    graph_axis = 0 if graph.batch_shape else None
+    one = functools.partial(_frame_scan_total, semiring)
+    value: jax.Array = jax.vmap(one, in_axes=(0, 0, 0, 0, graph_axis))(*diff, lengths, graph)
+    return value
+
+
 def _scan_value_and_grads(
     semiring: Semiring, diff: dense_ops.Diff, aux: dense_ops.Aux
 ) -> tuple[jax.Array, dense_ops.Diff]:
-    """The portable scan's (total [B], gradients like `diff`): the kernel's
-    reference. aux = (arcs, lengths, graph)."""
+    """The frame scan's (totals [B], gradients like `diff`), by autodiff:
+    the kernel's and the arc scan's reference. aux = (arcs, lengths,
+    graph)."""
     _, lengths, graph = aux
-
-    def one(
-        weight: jax.Array, final: jax.Array, emissions: jax.Array, length: jax.Array, g: Fsa
-    ) -> jax.Array:
-        fsa = g.replace(weight=weight.astype(g.dtype), final_weight=final.astype(g.dtype))
-        slots, slot_weight, final_weight = graph_slots(fsa, semiring)
-        return frame_scan.total(semiring, slots, slot_weight, final_weight, emissions, length)
-
     graph_axis = 0 if graph.batch_shape else None
+    one = functools.partial(_frame_scan_total, semiring)
     value_and_grad = jax.value_and_grad(one, argnums=(0, 1, 2))
     value, grads = jax.vmap(value_and_grad, in_axes=(0, 0, 0, 0, graph_axis))(*diff, lengths, graph)
     return value, grads
+
+
+def keep_wanted(grads: Any, wanted: tuple[bool, ...]) -> tuple[jax.Array | None, ...]:
+    """The gradient leaves `wanted` marks, None for the others."""
+    return tuple(g if w else None for g, w in zip(grads, wanted, strict=True))
+
+
+@functools.cache
+def _arc_scan_op() -> derivatives.ScoreOp:
+    """The portable LOG total, with the frame scan as its reference."""
+    return arc_scan.score_op(
+        functools.partial(_scan_value, LOG),
+        functools.partial(_scan_value_and_grads, LOG),
+        leaky=False,
+    )
 
 
 @functools.cache
@@ -252,7 +284,7 @@ def _kernel_op(semiring: Semiring) -> derivatives.ScoreOp:
 
     def value(diff: dense_ops.Diff, aux: dense_ops.Aux) -> jax.Array:
         if log:
-            return dense_ops.log_total(lambda d, a: reference(d, a)[0], diff, aux)
+            return dense_ops.log_total(functools.partial(_scan_value, semiring), diff, aux)
         return dense_ops.tropical_total(diff, aux)
 
     def value_and_grad(
@@ -262,7 +294,16 @@ def _kernel_op(semiring: Semiring) -> derivatives.ScoreOp:
             return dense_ops.log_total_and_grads(reference, diff, aux)
         return dense_ops.tropical_total_and_grads(reference, diff, aux)
 
-    return derivatives.ScoreOp(value, value_and_grad)
+    def value_and_some_grads(
+        diff: dense_ops.Diff, aux: dense_ops.Aux, wanted: tuple[bool, ...]
+    ) -> tuple[jax.Array, tuple[jax.Array | None, ...]]:
+        if log:  # the kernel skips the weights' gradient when unwanted
+            total, grads = dense_ops.log_total_and_grads(reference, diff, aux, weights=wanted[0])
+        else:
+            total, grads = dense_ops.tropical_total_and_grads(reference, diff, aux)
+        return total, keep_wanted(grads, wanted)
+
+    return derivatives.ScoreOp(value, value_and_grad, value_and_some_grads)
 
 
 def kernel_total(
@@ -285,7 +326,11 @@ def _dense_tot_score(
 def scan_total(
     semiring: Semiring, graph: Fsa, emissions: jax.Array, lengths: jax.Array
 ) -> jax.Array:
-    """`dense_tot_score` [B] by the portable frame scan, vmapped over B."""
+    """`dense_tot_score` [B] by the portable scans: LOG by the arc scan
+    (`arc_scan.py`) on one device, else the frame scan, vmapped over B."""
+    if semiring.arithmetic == "log" and arc_scan.serves():
+        diff, arcs = kernel_inputs(graph, emissions)
+        return derivatives.score(_arc_scan_op(), diff, (arcs, lengths, graph))
 
     def one_utterance(graph: Fsa, emissions: jax.Array, length: jax.Array) -> jax.Array:
         slots, slot_weight, final_weight = graph_slots(graph, semiring)

@@ -544,9 +544,10 @@ double LogForward(const Graph& g, const T* e, int64_t V, int64_t length, bool ex
 }
 
 // The backward pass: adds the posteriors into ge [T, V], gw [n] (by live
-// arc in source order: g.out_arc maps them to arcs) and gf [S] (zeros on
+// arc in source order: g.out_arc maps them to arcs; only with kWeights,
+// which costs a load and a store per arc and frame) and gf [S] (zeros on
 // entry; double accumulators). log_z is finite.
-template <typename T>
+template <typename T, bool kWeights>
 void LogBackward(const Graph& g, const T* e, int64_t V, int64_t length, bool exact,
                  const double* alpha, const double* offset, double log_z, T* ge, double* row, double* gw,
                  double* gf, Workspace* space, Buffers* buf) {
@@ -607,7 +608,7 @@ void LogBackward(const Graph& g, const T* e, int64_t V, int64_t length, bool exa
         double sum = 0;
         for (int64_t k = begin; k < end; ++k) {
           const double post = std::min(x[k], 1.0);
-          gw[k] += post;
+          if constexpr (kWeights) gw[k] += post;
           ge_row[col[k]] += post;
           if (!exact) sum += w[k] * lin[col[k]] * q[dst[k]];
         }
@@ -622,15 +623,17 @@ void LogBackward(const Graph& g, const T* e, int64_t V, int64_t length, bool exa
         const double u1 = w[k + 1] * lin[col[k + 1]] * q[dst[k + 1]];
         s0 += u0;
         s1 += u1;
-        gw[k] += u0 * f;
-        gw[k + 1] += u1 * f;
+        if constexpr (kWeights) {
+          gw[k] += u0 * f;
+          gw[k + 1] += u1 * f;
+        }
         ge_row[col[k]] += u0 * f;
         ge_row[col[k + 1]] += u1 * f;
       }
       for (; k < end; ++k) {
         const double u = w[k] * lin[col[k]] * q[dst[k]];
         s0 += u;
-        gw[k] += u * f;
+        if constexpr (kWeights) gw[k] += u * f;
         ge_row[col[k]] += u * f;
       }
       acc[s] = s0 + s1;
@@ -833,7 +836,7 @@ ffi::Error LogGrad(ffi::ThreadPool pool, Floats<D> emissions, Ints lengths, Ints
                    Ints col, Floats<D> weight, Floats<D> final_weight, Floats<D> leak,
                    ffi::ResultBuffer<D> log_z, ffi::ResultBuffer<ffi::S32> large,
                    ffi::ResultBuffer<D> emission_grad, ffi::ResultBuffer<D> weight_grad,
-                   ffi::ResultBuffer<D> final_grad) {
+                   ffi::ResultBuffer<D> final_grad, int64_t weight_grads) {
   using T = ffi::NativeType<D>;
   return ForUtterances<D>(
       pool, emissions, lengths, src, dst, col, weight, final_weight, leak,
@@ -873,10 +876,17 @@ ffi::Error LogGrad(ffi::ThreadPool pool, Floats<D> emissions, Ints lengths, Ints
         double* row = sums;
         double* sum_w = sums + V;
         double* sum_f = sum_w + A;
-        LogBackward<T>(g, e, V, length, exact, alpha, offset, total, ge, row, sum_w, sum_f,
-                       &space, &buf);
-        for (size_t k = 0; k < g.out_arc.size(); ++k) {
-          gw[g.out_arc[k]] = static_cast<T>(sum_w[k]);
+        // Without weight_grads the weights' gradient is left at 0 (the
+        // caller does not read it).
+        if (weight_grads) {
+          LogBackward<T, true>(g, e, V, length, exact, alpha, offset, total, ge, row, sum_w,
+                               sum_f, &space, &buf);
+          for (size_t k = 0; k < g.out_arc.size(); ++k) {
+            gw[g.out_arc[k]] = static_cast<T>(sum_w[k]);
+          }
+        } else {
+          LogBackward<T, false>(g, e, V, length, exact, alpha, offset, total, ge, row, sum_w,
+                                sum_f, &space, &buf);
         }
         for (int64_t s = 0; s < S; ++s) gf[s] = static_cast<T>(std::min(sum_f[s], 1.0));
       });
@@ -960,21 +970,24 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SjDenseLogTotalF32, LogTotal<ffi::F32>,
                               Inputs<ffi::F32>().Ret<Floats<ffi::F32>>().Ret<Ints>());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SjDenseLogTotalF64, LogTotal<ffi::F64>,
                               Inputs<ffi::F64>().Ret<Floats<ffi::F64>>().Ret<Ints>());
-// log_z [B], large [B], emission grad [B, T, V], weight grad [B, A], final grad [B, S]
+// log_z [B], large [B], emission grad [B, T, V], weight grad [B, A], final grad [B, S];
+// weight_grads: 0 to skip the weights' gradient
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SjDenseLogGradF32, LogGrad<ffi::F32>,
                               Inputs<ffi::F32>()
                                   .Ret<Floats<ffi::F32>>()
                                   .Ret<Ints>()
                                   .Ret<Floats<ffi::F32>>()
                                   .Ret<Floats<ffi::F32>>()
-                                  .Ret<Floats<ffi::F32>>());
+                                  .Ret<Floats<ffi::F32>>()
+                                  .Attr<int64_t>("weight_grads"));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SjDenseLogGradF64, LogGrad<ffi::F64>,
                               Inputs<ffi::F64>()
                                   .Ret<Floats<ffi::F64>>()
                                   .Ret<Ints>()
                                   .Ret<Floats<ffi::F64>>()
                                   .Ret<Floats<ffi::F64>>()
-                                  .Ret<Floats<ffi::F64>>());
+                                  .Ret<Floats<ffi::F64>>()
+                                  .Attr<int64_t>("weight_grads"));
 // score [B]
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SjDenseTropicalTotalF32, TropicalTotal<ffi::F32>,
                               Inputs<ffi::F32>().Ret<Floats<ffi::F32>>());

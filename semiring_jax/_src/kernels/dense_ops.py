@@ -81,11 +81,11 @@ def _operands(diff: Diff, aux: Aux) -> tuple[jax.Array, ...]:
 
 
 def _call(
-    name: str, diff: Diff, aux: Aux, results: tuple[jax.ShapeDtypeStruct, ...]
+    name: str, diff: Diff, aux: Aux, results: tuple[jax.ShapeDtypeStruct, ...], **attrs: Any
 ) -> tuple[jax.Array, ...]:
     emissions = diff[2]
     call = jax.ffi.ffi_call(loader.target(name, emissions.dtype), results, vmap_method="sequential")
-    return tuple(call(*_operands(diff, aux)))
+    return tuple(call(*_operands(diff, aux), **attrs))
 
 
 def _shapes(diff: Diff, with_flag: bool, with_grads: bool) -> tuple[jax.ShapeDtypeStruct, ...]:
@@ -122,30 +122,36 @@ def log_total(reference_value: ValueFn, diff: Diff, aux: Aux) -> jax.Array:
 
 
 @functools.cache
-def _log_op(reference: derivatives.ValueAndGrad) -> derivatives.KernelOp:
-    def kernel(diff: Diff, aux: Aux) -> tuple[jax.Array, Diff]:
+def _log_op(reference: derivatives.ValueAndGrad, weights: bool) -> derivatives.KernelOp:
+    def drop_weights(result: tuple[jax.Array, Diff]) -> tuple[jax.Array, Any]:
+        total, (weight_grad, final_grad, emission_grad) = result
+        return total, (weight_grad if weights else None, final_grad, emission_grad)
+
+    def kernel(diff: Diff, aux: Aux) -> tuple[jax.Array, Any]:
         total, large, emission_grad, weight_grad, final_grad = _call(
-            "dense_log_grad", diff, aux, _shapes(diff, True, True)
+            "dense_log_grad", diff, aux, _shapes(diff, True, True), weight_grads=int(weights)
         )
-        result = (total, (weight_grad, final_grad, emission_grad))
+        result = drop_weights((total, (weight_grad, final_grad, emission_grad)))
         flagged = large != 0
 
-        def recompute() -> tuple[jax.Array, Diff]:
-            exact = reference(diff, aux)
+        def recompute() -> tuple[jax.Array, Any]:
+            exact = drop_weights(reference(diff, aux))
             return jax.tree_util.tree_map(functools.partial(_by_entry, flagged), exact, result)
 
         return jax.lax.cond(jnp.any(flagged), recompute, lambda: result)
 
-    return derivatives.KernelOp(kernel, reference)
+    return derivatives.KernelOp(kernel, lambda diff, aux: drop_weights(reference(diff, aux)))
 
 
 def log_total_and_grads(
-    reference: derivatives.ValueAndGrad, diff: Diff, aux: Aux
-) -> tuple[jax.Array, Diff]:
+    reference: derivatives.ValueAndGrad, diff: Diff, aux: Aux, *, weights: bool = True
+) -> tuple[jax.Array, Any]:
     """(log Z [B], its gradient: the arc posteriors by weight [B, A], final
     weight [B, S] and emission [B, T, V]) by the kernel; differentiable
-    through `reference`, the scan's (log Z, gradient)."""
-    result: tuple[jax.Array, Diff] = derivatives.kernel(_log_op(reference), diff, aux)
+    through `reference`, the scan's (log Z, gradient). `weights=False`
+    skips the weights' gradient (None in its place), which costs a load
+    and a store per arc and frame."""
+    result: tuple[jax.Array, Any] = derivatives.kernel(_log_op(reference, weights), diff, aux)
     return result
 
 

@@ -5,7 +5,7 @@ Both totals are `dense_tot_score` in LOG over the same log-probs: the
 numerator with each utterance's own graph, the denominator with one graph
 shared by the batch, optionally with Kaldi's leaky HMM (`mmi/leaky.py`).
 On a single CPU device both run the compiled kernel (`kernels/dense.cc`,
-the leak included); elsewhere the portable scans.
+the leak included); elsewhere the portable arc scan (`dense/arc_scan.py`).
 """
 
 from __future__ import annotations
@@ -19,17 +19,27 @@ import jax.numpy as jnp
 from semiring_jax._src.core import derivatives
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.semiring import LOG
-from semiring_jax._src.dense import dense
+from semiring_jax._src.dense import arc_scan, dense
 from semiring_jax._src.kernels import dense_ops
 from semiring_jax._src.mmi import leaky
 
 __all__ = ["mmi_loss"]
 
 
+def _reference_value(diff: dense_ops.Diff, aux: dense_ops.Aux) -> jax.Array:
+    return leaky.scan_value_and_grads(diff, aux)[0]
+
+
+# Off the kernel: the arc scan, with the leaky segment scan as its reference.
+_PORTABLE = arc_scan.score_op(_reference_value, leaky.scan_value_and_grads, leaky=True)
+
+
 def _leaky_value(diff: dense_ops.Diff, aux: dense_ops.Aux) -> jax.Array:
     if dense_ops.usable(diff[2]):
-        return dense_ops.log_total(lambda d, a: leaky.scan_value_and_grads(d, a)[0], diff, aux)
-    return leaky.scan_value_and_grads(diff, aux)[0]
+        return dense_ops.log_total(_reference_value, diff, aux)
+    if arc_scan.serves():
+        return _PORTABLE.value(diff, aux)
+    return _reference_value(diff, aux)
 
 
 def _leaky_value_and_grads(
@@ -37,10 +47,26 @@ def _leaky_value_and_grads(
 ) -> tuple[jax.Array, dense_ops.Diff]:
     if dense_ops.usable(diff[2]):
         return dense_ops.log_total_and_grads(leaky.scan_value_and_grads, diff, aux)
+    if arc_scan.serves():
+        return _PORTABLE.value_and_grad(diff, aux)
     return leaky.scan_value_and_grads(diff, aux)
 
 
-_LEAKY = derivatives.ScoreOp(_leaky_value, _leaky_value_and_grads)
+def _leaky_value_and_some_grads(
+    diff: dense_ops.Diff, aux: dense_ops.Aux, wanted: tuple[bool, ...]
+) -> tuple[jax.Array, tuple[jax.Array | None, ...]]:
+    if dense_ops.usable(diff[2]):
+        total, grads = dense_ops.log_total_and_grads(
+            leaky.scan_value_and_grads, diff, aux, weights=wanted[0]
+        )
+        return total, dense.keep_wanted(grads, wanted)
+    if arc_scan.serves():
+        return _PORTABLE.value_and_some_grads(diff, aux, wanted)  # type: ignore[misc]
+    total, grads = leaky.scan_value_and_grads(diff, aux)
+    return total, dense.keep_wanted(grads, wanted)
+
+
+_LEAKY = derivatives.ScoreOp(_leaky_value, _leaky_value_and_grads, _leaky_value_and_some_grads)
 
 
 def _leaky_total(

@@ -1,0 +1,464 @@
+"""The portable LOG dense intersection over a graph's flat arcs (traced).
+
+`dense_tot_score` (LOG) and `mmi_loss` run this where the compiled kernel
+does not (GPUs, TPUs, several devices, kernels off). It reads the graph as
+the kernel does (`dense_ops.Arcs`: src, dst, column [G, A], G = 1 when the
+batch shares it) and computes the forward and backward recursions over the
+whole batch at once, one `lax.scan` step per frame:
+
+    a_{t+1} = leak(arcs_t(a_t)),   arcs_t(a)[d] = Σ_{arcs s → d} a[s] w e_t[col],
+
+in linear space, each frame's vector scaled so that its largest entry is
+1 (the scales summed apart, compensated). A frame then costs a gather, a
+multiply and a segment sum per arc, and an exp and a log per state: none
+of the per-arc exps and per-destination maxima of a log-space step. The
+backward pass carries b_t, the gradient of log Z in a_t, the same way, and
+writes each arc's posterior as occupancy(src) × (its share of b_t[src]):
+both O(1) numbers, so float32 loses nothing to the scale of the totals.
+
+Linear space underflows where a state's sum falls below `_TINY` (1e-25 in
+float32) though the state is reachable. A frame where that happens,
+anywhere in the batch, is computed exactly in logs instead (a `lax.cond`;
+the states that cannot be reached yet, by the graph's distances from the
+start or to a final state, are not counted). Inputs that read +inf or a
+magnitude beyond 2^20 are handed to the caller's `reference`, the
+compensated scan (`_needs_reference`): linear scales cannot keep O(1)
+differences next to such numbers.
+
+Under `jax.vmap` over more axes the `lax.cond`s become selects, so both
+branches run: correct, at the cost of the log-space step. The conds'
+predicates are reductions over the batch, which a batch sharded over
+several devices would have to gather every frame: `serves` says no there,
+and the frame scan runs instead.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from semiring_jax._src.core import compensated, derivatives
+from semiring_jax._src.kernels import dense_ops
+
+__all__ = ["score_op", "serves"]
+
+# A sum below this is recomputed in logs (when its state is reachable):
+# far above the smallest normal float, so the terms lost below it are
+# negligible next to it.
+_TINY = {np.dtype(np.float32): 1e-25, np.dtype(np.float64): 1e-200}
+_LARGE = 2.0**20  # beyond this magnitude, the compensated reference runs
+
+
+def serves() -> bool:
+    """Whether the arc scan serves the traces made now: with one device
+    (its per-frame checks reduce over the batch, which must not need data
+    from other devices)."""
+    return jax.device_count() == 1
+
+
+class _Graph(NamedTuple):
+    """The batch's graph, ready for the recursions; [G, ...] structure."""
+
+    src: jax.Array  # int32 [G, A]
+    dst: jax.Array  # int32 [G, A]
+    column: jax.Array  # int32 [G, A]: V for padding (a column of zeros)
+    log_weight: jax.Array  # [B, A], -inf for padding
+    weight: jax.Array  # [B, A]: exp(log_weight - top_weight)
+    top_weight: jax.Array  # [B]
+    leak: jax.Array | None  # [G, S] (epsilon times the initial probabilities)
+    dist: jax.Array  # int32 [B, S]: frames from the start, T + 1 if never
+    codist: jax.Array  # int32 [B, S]: frames to a final state, T + 1 if never
+
+
+def _gather(values: jax.Array, index: jax.Array) -> jax.Array:
+    """values [B, N] at index [G, A]: [B, A]."""
+    if index.shape[0] == 1:
+        return values[:, index[0]]
+    return jnp.take_along_axis(values, index, axis=1)
+
+
+def _segment(
+    reduce: Callable[..., jax.Array], values: jax.Array, index: jax.Array, count: int
+) -> jax.Array:
+    """`reduce` (a jax.ops.segment_*) of values [B, A] into [B, count]."""
+    fn = functools.partial(reduce, num_segments=count)
+    if index.shape[0] == 1:
+        return jax.vmap(lambda v: fn(v, index[0]))(values)
+    return jax.vmap(fn)(values, index)
+
+
+def _segment_log_sum(values: jax.Array, index: jax.Array, count: int) -> jax.Array:
+    """log Σ exp per segment, [B, count]; -inf for an empty one."""
+    top = jax.lax.stop_gradient(_segment(jax.ops.segment_max, values, index, count))
+    top = jnp.where(jnp.isfinite(top), top, 0.0)
+    sums = _segment(jax.ops.segment_sum, jnp.exp(values - _gather(top, index)), index, count)
+    return top + _safe_log(sums)
+
+
+def _normalised_log(sums: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(log(sums / top), log top) of nonnegative sums [B, S], top = their
+    maximum: -inf entries where a sum is 0, and a log top of -inf where all
+    are."""
+    top = jax.lax.stop_gradient(jnp.max(sums, axis=-1))
+    scale = jnp.where(top > 0, top, 1.0)
+    return _safe_log(sums / scale[:, None]), _safe_log(top)
+
+
+def _safe_log(x: jax.Array) -> jax.Array:
+    """log x of x >= 0: -inf at 0 (with a gradient free of NaN), NaN at NaN."""
+    positive = x > 0
+    return jnp.where(positive, jnp.log(jnp.where(positive, x, 1.0)), jnp.where(x == 0, -jnp.inf, x))
+
+
+def _shifted(logs: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(logs - top, top) per row of [B, S] logs, top their maximum (-inf
+    for an all -inf row, which is left as it is; NaN for a row with NaN)."""
+    top = jax.lax.stop_gradient(jnp.max(logs, axis=-1))
+    safe = jnp.where(jnp.isfinite(top), top, 0.0)
+    return logs - safe[:, None], top
+
+
+def _softmax(logs: jax.Array) -> jax.Array:
+    """Softmax over the last axis; all zeros for a row without a finite
+    entry (no path)."""
+    shifted, top = _shifted(logs)
+    found = jnp.isfinite(top)[:, None]
+    weights = jnp.exp(jnp.where(found, shifted, -jnp.inf))
+    total = jnp.sum(weights, axis=-1, keepdims=True)
+    return weights / jnp.where(total > 0, total, 1.0)
+
+
+def _log_sum(logs: jax.Array) -> jax.Array:
+    """log Σ exp per row [B]; -inf for an empty row."""
+    shifted, top = _shifted(logs)
+    return jnp.where(jnp.isfinite(top), top, 0.0) + _safe_log(jnp.sum(jnp.exp(shifted), axis=-1))
+
+
+def _distances(
+    start: jax.Array, frm: jax.Array, to: jax.Array, usable: jax.Array, limit: int
+) -> jax.Array:
+    """int32 [B, S]: the fewest usable arcs from a `start` state [B, S] to
+    each state, following arcs frm -> to [G, A]; limit + 1 where more than
+    `limit` (or none) are needed."""
+    never = limit + 1
+    count = start.shape[-1]
+
+    def grow(
+        state: tuple[jax.Array, jax.Array, jax.Array],
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        dist, _, steps = state
+        reach = jnp.where(usable, _gather(dist, frm) + 1, never)
+        new = jnp.minimum(dist, _segment(jax.ops.segment_min, reach, to, count))
+        return jnp.minimum(new, never), jnp.any(new != dist), steps + 1
+
+    def more(state: tuple[jax.Array, jax.Array, jax.Array]) -> jax.Array:
+        return state[1] & (state[2] < limit)
+
+    start_dist = jnp.where(start, 0, never).astype(jnp.int32)
+    dist, _, _ = jax.lax.while_loop(
+        more, grow, (start_dist, jnp.array(True), jnp.array(0, jnp.int32))
+    )
+    return dist
+
+
+def _prepare(diff: dense_ops.Diff, arcs: dense_ops.Arcs, leaky: bool) -> _Graph:
+    weight, final_weight, emissions = diff
+    num_frames, num_columns = emissions.shape[1:]
+    real = arcs.column >= 0
+    log_weight = jnp.where(real, weight, -jnp.inf)
+    top_weight = jax.lax.stop_gradient(jnp.max(log_weight, axis=-1))
+    top_weight = jnp.where(jnp.isneginf(top_weight), 0.0, top_weight)
+    usable = jax.lax.stop_gradient(log_weight != -jnp.inf)  # NaN counts: it must show
+    num_states = final_weight.shape[-1]
+    start = jnp.zeros(final_weight.shape, bool).at[:, 0].set(True)
+    ends = jax.lax.stop_gradient(final_weight != -jnp.inf)
+    leak = arcs.leak if leaky else None
+    if leak is not None:
+        start = start | (leak > 0)
+        # The leak reaches every state back from any state that reaches a
+        # final one: count every state as one that may reach a final.
+        ends = ends | jnp.any(leak > 0, axis=-1, keepdims=True)
+    return _Graph(
+        src=arcs.src,
+        dst=arcs.dst,
+        column=jnp.where(real, arcs.column, num_columns),
+        log_weight=log_weight,
+        weight=jnp.exp(log_weight - top_weight[:, None]),
+        top_weight=top_weight,
+        leak=leak,
+        dist=_distances(start, arcs.src, arcs.dst, usable, num_frames),
+        codist=_distances(
+            jnp.broadcast_to(ends, (weight.shape[0], num_states)),
+            arcs.dst,
+            arcs.src,
+            usable,
+            num_frames,
+        ),
+    )
+
+
+class _Frames(NamedTuple):
+    """The emissions as the recursions read them, frame-major."""
+
+    logs: jax.Array  # [T, B, V + 1]: -inf on unread columns and the padding column V
+    top: jax.Array  # [T, B]: the largest read entry (0 where none is finite)
+    linear: jax.Array  # [T, B, V + 1]: exp(logs - top)
+
+
+def _frames(emissions: jax.Array, lengths: jax.Array, column: jax.Array) -> _Frames:
+    """The emissions [B, T, V], 0 past each length (so that nothing there,
+    not even NaN, is read), with the columns no arc reads at -inf."""
+    num_frames, num_columns = emissions.shape[1:]
+    count = _segment(
+        jax.ops.segment_sum, jnp.ones(column.shape, jnp.int32), column, num_columns + 1
+    )
+    read = (count > 0).at[:, num_columns].set(False)[:, None, :]  # [G, 1, V + 1]
+    active = jnp.arange(num_frames, dtype=jnp.int32)[None, :, None] < lengths[:, None, None]
+    logs = jnp.pad(jnp.where(active, emissions, 0.0), ((0, 0), (0, 0), (0, 1)))
+    logs = jnp.moveaxis(jnp.where(read, logs, -jnp.inf), 1, 0)
+    top = jax.lax.stop_gradient(jnp.max(logs, axis=-1))
+    top = jnp.where(jnp.isneginf(top), 0.0, top)
+    # Computed once here rather than in each step, where XLA would fuse
+    # the exp into the per-arc gather.
+    return _Frames(logs, top, jnp.exp(logs - top[..., None]))
+
+
+def _leak_linear(values: jax.Array, leak: jax.Array | None) -> jax.Array:
+    """a + leak · Σ a, [B, S] (Kaldi's leaky HMM, in linear space)."""
+    if leak is None:
+        return values
+    return values + leak * jnp.sum(values, axis=-1, keepdims=True)
+
+
+def _leak_log(logs: jax.Array, leak: jax.Array | None) -> jax.Array:
+    """The same in logs."""
+    if leak is None:
+        return logs
+    log_leak = _safe_log(leak)
+    leaked = log_leak + _log_sum(logs)[:, None]
+    top = jax.lax.stop_gradient(jnp.maximum(logs, leaked))
+    top = jnp.where(jnp.isfinite(top), top, 0.0)
+    return top + _safe_log(jnp.exp(logs - top) + jnp.exp(leaked - top))
+
+
+def _leak_log_transposed(logs: jax.Array, leak: jax.Array | None) -> jax.Array:
+    """log(b + (leak · b) 1) from log b [B, S]: the leak's transpose."""
+    if leak is None:
+        return logs
+    leaked = _log_sum(logs + _safe_log(leak))[:, None]
+    top = jax.lax.stop_gradient(jnp.maximum(logs, leaked))
+    top = jnp.where(jnp.isfinite(top), top, 0.0)
+    return top + _safe_log(jnp.exp(logs - top) + jnp.exp(leaked - top))
+
+
+def _underflows(sums: jax.Array, reachable: jax.Array, active: jax.Array, tiny: float) -> jax.Array:
+    """Whether any active entry has a reachable state whose sum [B, S] is
+    below `tiny`: linear space may have lost it."""
+    return jnp.any(active[:, None] & reachable & (sums < tiny))
+
+
+def _forward(
+    g: _Graph, frames: _Frames, lengths: jax.Array, tiny: float, keep: bool
+) -> tuple[jax.Array, jax.Array, jax.Array | None]:
+    """(the normalised log a_L [B, S], the summed log scales [B], and with
+    `keep` every normalised log a_t [T, B, S])."""
+    batch, num_states = g.dist.shape
+    start = jnp.zeros((batch, num_states), g.weight.dtype).at[:, 0].set(1.0)
+    alpha, scale = _normalised_log(_leak_linear(start, g.leak))
+    zero = jnp.zeros_like(scale)
+
+    def step(carry: Any, inputs: tuple[jax.Array, ...]) -> tuple[Any, jax.Array | None]:
+        # alpha: logs, for the exact step; linear: their exp, for the fast one.
+        alpha, linear, (hi, lo) = carry
+        t, frame, top, emission = inputs
+        active = t < lengths
+        terms = _gather(linear, g.src) * g.weight * _gather(emission, g.column)
+        sums = _leak_linear(_segment(jax.ops.segment_sum, terms, g.dst, num_states), g.leak)
+        most = jax.lax.stop_gradient(jnp.max(sums, axis=-1))
+        new_linear = sums / jnp.where(most > 0, most, 1.0)[:, None]
+        increment = _safe_log(most) + top + g.top_weight
+
+        def exact() -> tuple[jax.Array, jax.Array, jax.Array]:
+            terms = _gather(alpha, g.src) + g.log_weight + _gather(frame, g.column)
+            new, increment = _shifted(_leak_log(_segment_log_sum(terms, g.dst, num_states), g.leak))
+            return new, jnp.exp(new), increment
+
+        lost = _underflows(sums, g.dist <= t + 1, active, tiny)
+        new, new_linear, increment = jax.lax.cond(
+            lost, exact, lambda: (_safe_log(new_linear), new_linear, increment)
+        )
+        hi_new, lo_new = compensated.add(hi, lo, increment)
+        keep_old = lambda new, old: jnp.where(
+            active.reshape((-1,) + (1,) * (old.ndim - 1)), new, old
+        )
+        carry = (
+            keep_old(new, alpha),
+            keep_old(new_linear, linear),
+            (keep_old(hi_new, hi), keep_old(lo_new, lo)),
+        )
+        return carry, alpha if keep else None
+
+    steps = (jnp.arange(frames.logs.shape[0], dtype=jnp.int32), *frames[:3])
+    init = (alpha, jnp.exp(alpha), compensated.add(zero, zero, scale))
+    (alpha, _, (hi, lo)), kept = jax.lax.scan(step, init, steps)
+    return alpha, hi + lo, kept
+
+
+def _total(alpha: jax.Array, scale: jax.Array, final_weight: jax.Array) -> jax.Array:
+    return scale + _log_sum(alpha + final_weight)
+
+
+def _backward(
+    g: _Graph,
+    frames: _Frames,
+    lengths: jax.Array,
+    final_weight: jax.Array,
+    alphas: jax.Array,
+    tiny: float,
+    wanted: tuple[bool, bool],
+) -> tuple[jax.Array | None, jax.Array | None]:
+    """(arc posteriors summed over frames [B, A], column posteriors
+    [B, T, V]) from the kept log a_t [T, B, S]; each only if `wanted`
+    (None otherwise)."""
+    want_arcs, want_columns = wanted
+    num_states = g.dist.shape[1]
+    num_columns = frames.logs.shape[-1] - 1
+    beta, _ = _shifted(final_weight)
+
+    def step(carry: Any, inputs: tuple[jax.Array, ...]) -> tuple[Any, jax.Array | None]:
+        # beta: logs of b_{t+1}, for the exact step; linear: their exp.
+        beta, linear, arc_sum = carry
+        t, frame, _, emission, alpha = inputs
+        active = t < lengths
+        if g.leak is not None:  # the leak transposed: b + (leak · b) 1
+            linear = linear + jnp.sum(g.leak * linear, axis=-1, keepdims=True)
+        terms = g.weight * _gather(emission, g.column) * _gather(linear, g.dst)
+        sums = _segment(jax.ops.segment_sum, terms, g.src, num_states)
+        most = jax.lax.stop_gradient(jnp.max(sums, axis=-1))
+        new_linear = sums / jnp.where(most > 0, most, 1.0)[:, None]
+        new = _safe_log(new_linear)
+        # posterior = occupancy(src) * terms / sums[src]: one gather of a
+        # per-state ratio (sums >= tiny where occupied, or recomputed).
+        occupancy = _softmax(alpha + new)
+        ratio = jnp.where(sums > 0, occupancy / jnp.where(sums > 0, sums, 1.0), 0.0)
+        posterior = terms * _gather(ratio, g.src)
+
+        def exact() -> tuple[jax.Array, jax.Array, jax.Array]:
+            after = _leak_log_transposed(beta, g.leak)
+            terms = g.log_weight + _gather(frame, g.column) + _gather(after, g.dst)
+            sums = _segment_log_sum(terms, g.src, num_states)
+            at_src = _gather(sums, g.src)
+            share = jnp.exp(terms - jnp.where(jnp.isfinite(at_src), at_src, 0.0))
+            new, _ = _shifted(sums)
+            return new, jnp.exp(new), _gather(_softmax(alpha + new), g.src) * share
+
+        lost = _underflows(sums, g.codist <= (lengths - t)[:, None], active, tiny)
+        new, new_linear, posterior = jax.lax.cond(lost, exact, lambda: (new, new_linear, posterior))
+        posterior = jnp.where(active[:, None], posterior, 0.0)
+        columns = None
+        if want_columns:
+            columns = _segment(jax.ops.segment_sum, posterior, g.column, num_columns + 1)
+            columns = columns[:, :num_columns]
+        carry = (
+            jnp.where(active[:, None], new, beta),
+            jnp.where(active[:, None], new_linear, carry[1]),
+            arc_sum + posterior if want_arcs else None,
+        )
+        return carry, columns
+
+    steps = (jnp.arange(frames.logs.shape[0], dtype=jnp.int32), *frames[:3], alphas)
+    arc_sum = jnp.zeros(g.weight.shape, g.weight.dtype) if want_arcs else None
+    (_, _, arc_sum), columns = jax.lax.scan(
+        step, (beta, jnp.exp(beta), arc_sum), steps, reverse=True
+    )
+    return arc_sum, None if columns is None else jnp.moveaxis(columns, 0, 1)
+
+
+def _needs_reference(diff: dense_ops.Diff, aux: dense_ops.Aux) -> jax.Array:
+    """Whether the batch reads +inf or a finite magnitude beyond 2^20 (in a
+    real arc's weight, a final weight or an emission within its length and
+    read by an arc)."""
+    weight, final_weight, emissions = diff
+    arcs, lengths = aux[:2]
+    logs = _frames(emissions, jnp.asarray(lengths, jnp.int32), arcs.column).logs
+    real_weight = jnp.where(arcs.column >= 0, weight, 0.0)
+
+    def beyond(x: jax.Array) -> jax.Array:
+        return jnp.any((x == jnp.inf) | (jnp.isfinite(x) & (jnp.abs(x) > _LARGE)))
+
+    return beyond(real_weight) | beyond(final_weight) | beyond(logs)
+
+
+def _value(leaky: bool, diff: dense_ops.Diff, aux: dense_ops.Aux) -> jax.Array:
+    _, final_weight, emissions = diff
+    arcs, lengths = aux[:2]
+    lengths = jnp.asarray(lengths, jnp.int32)
+    g = _prepare(diff, arcs, leaky)
+    frames = _frames(emissions, lengths, arcs.column)
+    alpha, scale, _ = _forward(g, frames, lengths, _TINY[emissions.dtype], keep=False)
+    return _total(alpha, scale, final_weight)
+
+
+def _value_and_grads(
+    leaky: bool, wanted: tuple[bool, ...], diff: dense_ops.Diff, aux: dense_ops.Aux
+) -> tuple[jax.Array, tuple[jax.Array | None, ...]]:
+    _, final_weight, emissions = diff
+    arcs, lengths = aux[:2]
+    lengths = jnp.asarray(lengths, jnp.int32)
+    tiny = _TINY[emissions.dtype]
+    g = _prepare(diff, arcs, leaky)
+    frames = _frames(emissions, lengths, arcs.column)
+    alpha, scale, alphas = _forward(g, frames, lengths, tiny, keep=True)
+    assert alphas is not None
+    total = _total(alpha, scale, final_weight)
+    arc_grad, emission_grad = _backward(
+        g, frames, lengths, final_weight, alphas, tiny, (wanted[0], wanted[2])
+    )
+    final_grad = _softmax(alpha + final_weight) if wanted[1] else None
+    grads = (arc_grad, final_grad, emission_grad)
+    return total, derivatives.undefined_to_nan(total, grads, inf_undefined=True)
+
+
+@functools.cache
+def score_op(
+    reference_value: dense_ops.ValueFn, reference: derivatives.ValueAndGrad, leaky: bool
+) -> derivatives.ScoreOp:
+    """The LOG dense total [B] over (weight [B, A], final weight [B, S],
+    emissions [B, T, V]) as a `derivatives.ScoreOp`; aux = (arcs, lengths,
+    ...) as `dense_ops` takes them. `reference_value` and `reference` (the
+    compensated scan's value, and value and gradients) serve batches that
+    read +inf or magnitudes beyond 2^20; `leaky`: apply `arcs.leak`
+    (Kaldi's leaky HMM)."""
+
+    def value(diff: dense_ops.Diff, aux: dense_ops.Aux) -> jax.Array:
+        return jax.lax.cond(
+            _needs_reference(diff, aux),
+            lambda: reference_value(diff, aux),
+            lambda: _value(leaky, diff, aux),
+        )
+
+    def value_and_some_grads(
+        diff: dense_ops.Diff, aux: dense_ops.Aux, wanted: tuple[bool, ...]
+    ) -> tuple[jax.Array, tuple[jax.Array | None, ...]]:
+        def referenced() -> tuple[jax.Array, tuple[jax.Array | None, ...]]:
+            total, grads = reference(diff, aux)
+            return total, tuple(g if w else None for g, w in zip(grads, wanted, strict=True))
+
+        return jax.lax.cond(
+            _needs_reference(diff, aux),
+            referenced,
+            lambda: _value_and_grads(leaky, wanted, diff, aux),
+        )
+
+    def value_and_grad(
+        diff: dense_ops.Diff, aux: dense_ops.Aux
+    ) -> tuple[jax.Array, dense_ops.Diff]:
+        total, grads = value_and_some_grads(diff, aux, (True, True, True))
+        return total, grads  # type: ignore[return-value]
+
+    return derivatives.ScoreOp(value, value_and_grad, value_and_some_grads)

@@ -315,6 +315,14 @@ def _as_log(fst):
     return pynini.arcmap(fst, map_type="to_log")
 
 
+def test_prune_keeps_a_tie_that_rounding_moved():
+    # A final weight of -2.2e-16 ties the best path 0 at beam 0, as in
+    # OpenFst (its delta); found by hypothesis.
+    fsa = sj.Fsa.from_arcs([(0, 1, 0, 0.0)], {0: -2.220446049250313e-16, 1: 0.0}, dtype=np.float64)
+    result = sj.prune(fsa, 0.0)
+    assert bool(np.asarray(result.final_mask)[0]) and result.num_arcs == 1
+
+
 def test_prune_refuses_traced_weights():
     fsa = sj.linear_fsa([1, 2])
     with pytest.raises(ValueError, match="weight is a traced value"):

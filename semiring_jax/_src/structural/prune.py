@@ -13,6 +13,8 @@ from semiring_jax._src.structural.host import structure
 
 __all__ = ["prune"]
 
+_SLACK = 1e-9
+
 
 def prune(fsa: Fsa, beam: float) -> Fsa:
     """Drops the arcs (and final states) whose best path through them scores
@@ -21,7 +23,8 @@ def prune(fsa: Fsa, beam: float) -> Fsa:
     Unlike the other structural ops, the result's structure depends on
     weight values, so the weights must be concrete (not traced); the kept
     weights are still gathered in JAX. An arc survives when α[src] + weight
-    + β[dst] >= best - beam (TROPICAL forward and backward scores), so
+    + β[dst] >= best - beam (TROPICAL forward and backward scores, with a
+    slack of 1e-9 · max(1, |best|) for rounding, as OpenFst's delta), so
     `beam=0` keeps the best paths (all of them, on ties) and `beam=inf`
     keeps every arc on a successful path.
 
@@ -69,7 +72,10 @@ def _pruned(fsa: Fsa, alpha: np.ndarray, beta: np.ndarray, beam: float) -> Fsa:
     real = np.flatnonzero(np.asarray(fsa.arc_mask))
     src, dst = np.asarray(fsa.src)[real], np.asarray(fsa.dst)[real]
     best = beta[0]
-    threshold = best - beam if best > -np.inf else np.inf  # no path: keep nothing
+    # A slack of 1e-9 (relative, at least absolute) absorbs the rounding of
+    # the sums, as OpenFst's delta does: a tie of the best path stays.
+    slack = _SLACK * max(1.0, abs(best)) if np.isfinite(best) else 0.0
+    threshold = best - beam - slack if best > -np.inf else np.inf  # no path: keep nothing
     keep_arc = alpha[src] + np.asarray(fsa.weight, np.float64)[real] + beta[dst] >= threshold
     keep_final = alpha + np.asarray(fsa.final_weight, np.float64) >= threshold
     return apply_map("prune", [fsa], lambda parts: structure.prune(parts[0], keep_arc, keep_final))

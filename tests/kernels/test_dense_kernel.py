@@ -236,3 +236,29 @@ def test_the_weights_gradient_is_skipped_when_unwanted():
     # jax.grad in the emissions alone takes that path and agrees.
     grad = jax.jit(jax.grad(lambda e: jnp.sum(dense.kernel_total(sj.LOG, graph, e, lengths))))
     np.testing.assert_allclose(grad(emissions), full[1][2], rtol=1e-12)
+
+
+def test_viterbi_scores_gradients_are_the_tropical_totals():
+    # viterbi_decode takes score and path from one kernel call.
+    rng = np.random.default_rng(4)
+    graph = _random_graph(rng, np.float64, 5, 12)
+    emissions = jnp.asarray(rng.normal(size=(B, T, V)))
+    lengths = jnp.array([T, 3, 2], jnp.int32)
+
+    def viterbi(e, w):
+        return sj.viterbi_decode(graph.replace(weight=w), e, lengths)[1]
+
+    def tropical(e, w):
+        return sj.dense_tot_score(graph.replace(weight=w), e, lengths, sj.TROPICAL)
+
+    weight = jnp.asarray(graph.weight)
+    np.testing.assert_allclose(viterbi(emissions, weight), tropical(emissions, weight), rtol=1e-12)
+    finite = lambda fn: lambda e, w: jnp.sum(jnp.where(jnp.isfinite(fn(e, w)), fn(e, w), 0.0))
+    got = jax.grad(finite(viterbi), argnums=(0, 1))(emissions, weight)
+    want = jax.grad(finite(tropical), argnums=(0, 1))(emissions, weight)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+    tangent = jnp.ones_like(emissions)
+    _, forward = jax.jvp(lambda e: viterbi(e, weight), (emissions,), (tangent,))
+    _, want_forward = jax.jvp(lambda e: tropical(e, weight), (emissions,), (tangent,))
+    np.testing.assert_allclose(forward, want_forward, rtol=1e-12)

@@ -416,16 +416,25 @@ def _kernel_best_columns(
     graph: Fsa, emissions: jax.Array, lengths: jax.Array
 ) -> tuple[jax.Array, jax.Array]:
     """`viterbi_decode` by the kernel: the columns are where the best path's
-    emission indicator (its gradient) is 1, frame by frame."""
+    emission indicator (its gradient) is 1, frame by frame. One kernel call
+    gives the score and the indicator: TROPICAL's derivative is that
+    indicator, so the score is made differentiable as score + ⟨indicator,
+    diff - stop_gradient(diff)⟩ (exact: the score is linear near a point
+    where the best path is unique, and the tie rule picks one path)."""
     diff, arcs = kernel_inputs(graph, emissions)
     aux = (arcs, lengths, graph)
     reference = functools.partial(_scan_value_and_grads, TROPICAL)
-    _, (_, _, indicator) = dense_ops.tropical_total_and_grads(
-        reference, jax.lax.stop_gradient(diff), aux
-    )
+    fixed = jax.lax.stop_gradient(diff)
+    score, grads = dense_ops.tropical_total_and_grads(reference, fixed, aux)
+    indicator = grads[2]
     columns = jnp.where(jnp.any(indicator > 0, axis=-1), jnp.argmax(indicator, axis=-1), -1)
-    score = derivatives.score(_kernel_op(TROPICAL), diff, aux)
-    return columns.astype(jnp.int32), score
+    moved = score
+    for grad, moving, still in zip(grads, diff, fixed, strict=True):
+        # Padding and unused entries hold -inf: they move nothing.
+        step = jnp.where(jnp.isfinite(still), moving - still, 0.0)
+        moved = moved + jnp.sum(grad * step, axis=tuple(range(1, grad.ndim)))
+    # No path (-inf), +inf or NaN: the score as it is.
+    return columns.astype(jnp.int32), jnp.where(jnp.isfinite(score), moved, score)
 
 
 def best_columns(

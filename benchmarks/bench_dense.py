@@ -4,7 +4,7 @@ Times `sj.dense_tot_score` (LOG) value + gradient with respect to the
 emissions, with one shared random cyclic graph, against, in the same run:
 
   * scan: ours with the compiled CPU kernels switched off at trace time
-    (the portable frame scan that GPUs and TPUs run);
+    (the portable arc scan that GPUs and TPUs run, `dense/arc_scan.py`);
   * plain JAX: the program a user would write without this library -- a
     `lax.scan` over frames whose step gathers alpha[src] + weight +
     emissions[t, label] per arc and reduces per destination state with

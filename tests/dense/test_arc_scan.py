@@ -192,6 +192,7 @@ def test_nasty_values_match_the_frame_scan(case):
         assert dead.size and not any(np.any(g[dead]) for g in grads)
 
 
+@pytest.mark.slow  # ~25 s of compiling and running
 def test_a_float32_long_input_keeps_float64_precision():
     rng = np.random.default_rng(2)
     graph64 = _random_graph(rng, np.float64, 8, 30)

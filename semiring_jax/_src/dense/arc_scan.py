@@ -386,6 +386,8 @@ def _needs_reference(diff: dense_ops.Diff, aux: dense_ops.Aux) -> jax.Array:
     weight, final_weight, emissions = diff
     arcs, lengths = aux[:2]
     logs = _frames(emissions, jnp.asarray(lengths, jnp.int32), arcs.column).logs
+    if arcs.src.shape[0] == 1:  # shared: the rows are one broadcast (and may be constants)
+        weight, final_weight = weight[:1], final_weight[:1]
     real_weight = jnp.where(arcs.column >= 0, weight, 0.0)
 
     def beyond(x: jax.Array) -> jax.Array:

@@ -1,7 +1,7 @@
 """The portable LOG dense intersection over a graph's flat arcs (traced).
 
 `dense_tot_score` (LOG) and `mmi_loss` run this where the compiled kernel
-does not (GPUs, TPUs, several devices, kernels off). It reads the graph as
+does not, on one device (a GPU, a TPU, the kernels off). It reads the graph as
 the kernel does (`dense_ops.Arcs`: src, dst, column [G, A], G = 1 when the
 batch shares it) and computes the forward and backward recursions over the
 whole batch at once, one `lax.scan` step per frame:

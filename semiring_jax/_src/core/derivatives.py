@@ -30,10 +30,21 @@ import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
-__all__ = ["KernelOp", "ScoreOp", "kernel", "score", "undefined_to_nan"]
+__all__ = [
+    "KernelOp",
+    "ScoreOp",
+    "contract",
+    "every_grad",
+    "keep_wanted",
+    "kernel",
+    "score",
+    "undefined_to_nan",
+]
 
 # (diff, aux) -> (value [*batch], gradient: a pytree like diff)
 ValueAndGrad = Callable[[Any, Any], tuple[jax.Array, Any]]
+# (diff, aux, wanted) -> (value, gradient leaves wanted, None for the others)
+ValueAndSomeGrads = Callable[[Any, Any, tuple[bool, ...]], tuple[jax.Array, Any]]
 
 
 class ScoreOp(NamedTuple):
@@ -48,9 +59,18 @@ class ScoreOp(NamedTuple):
 
     value: Callable[[Any, Any], jax.Array]
     value_and_grad: ValueAndGrad
-    value_and_some_grads: Callable[[Any, Any, tuple[bool, ...]], tuple[jax.Array, Any]] | None = (
-        None
-    )
+    value_and_some_grads: ValueAndSomeGrads | None = None
+
+
+def keep_wanted(grads: Any, wanted: tuple[bool, ...]) -> tuple[jax.Array | None, ...]:
+    """The gradient leaves `wanted` marks, None for the others."""
+    return tuple(g if w else None for g, w in zip(grads, wanted, strict=True))
+
+
+def every_grad(value_and_some_grads: ValueAndSomeGrads) -> ValueAndGrad:
+    """A `ScoreOp.value_and_grad` from its `value_and_some_grads`, every
+    gradient leaf wanted."""
+    return lambda diff, aux: value_and_some_grads(diff, aux, (True,) * len(diff))
 
 
 class KernelOp(NamedTuple):
@@ -65,7 +85,7 @@ def _is_zero(tangent: Any) -> bool:
     return isinstance(tangent, SymbolicZero)
 
 
-def _contract(value: jax.Array, grad: Any, tangent: Any) -> jax.Array:
+def contract(value: jax.Array, grad: Any, tangent: Any) -> jax.Array:
     """Σ over each leaf's trailing axes of gradient * tangent: [*batch];
     symbolic zero tangents (and their None gradients) add nothing."""
     batch = value.ndim
@@ -96,7 +116,7 @@ def _score_jvp(op: ScoreOp, primals: tuple[Any, Any], tangents: tuple[Any, Any])
         value, grad = op.value_and_some_grads(diff, aux, wanted)
     else:
         value, grad = op.value_and_grad(diff, aux)
-    return value, _contract(value, grad, tangent)
+    return value, contract(value, grad, tangent)
 
 
 # Symbolic zeros: the tangents of the inputs nobody differentiates arrive

@@ -260,11 +260,6 @@ def _scan_value_and_grads(
     return value, grads
 
 
-def keep_wanted(grads: Any, wanted: tuple[bool, ...]) -> tuple[jax.Array | None, ...]:
-    """The gradient leaves `wanted` marks, None for the others."""
-    return tuple(g if w else None for g, w in zip(grads, wanted, strict=True))
-
-
 @functools.cache
 def _arc_scan_op() -> derivatives.ScoreOp:
     """The portable LOG total, with the frame scan as its reference."""
@@ -287,13 +282,6 @@ def _kernel_op(semiring: Semiring) -> derivatives.ScoreOp:
             return dense_ops.log_total(functools.partial(_scan_value, semiring), diff, aux)
         return dense_ops.tropical_total(diff, aux)
 
-    def value_and_grad(
-        diff: dense_ops.Diff, aux: dense_ops.Aux
-    ) -> tuple[jax.Array, dense_ops.Diff]:
-        if log:
-            return dense_ops.log_total_and_grads(reference, diff, aux)
-        return dense_ops.tropical_total_and_grads(reference, diff, aux)
-
     def value_and_some_grads(
         diff: dense_ops.Diff, aux: dense_ops.Aux, wanted: tuple[bool, ...]
     ) -> tuple[jax.Array, tuple[jax.Array | None, ...]]:
@@ -301,9 +289,11 @@ def _kernel_op(semiring: Semiring) -> derivatives.ScoreOp:
             total, grads = dense_ops.log_total_and_grads(reference, diff, aux, weights=wanted[0])
         else:
             total, grads = dense_ops.tropical_total_and_grads(reference, diff, aux)
-        return total, keep_wanted(grads, wanted)
+        return total, derivatives.keep_wanted(grads, wanted)
 
-    return derivatives.ScoreOp(value, value_and_grad, value_and_some_grads)
+    return derivatives.ScoreOp(
+        value, derivatives.every_grad(value_and_some_grads), value_and_some_grads
+    )
 
 
 def kernel_total(
@@ -428,11 +418,9 @@ def _kernel_best_columns(
     score, grads = dense_ops.tropical_total_and_grads(reference, fixed, aux)
     indicator = grads[2]
     columns = jnp.where(jnp.any(indicator > 0, axis=-1), jnp.argmax(indicator, axis=-1), -1)
-    moved = score
-    for grad, moving, still in zip(grads, diff, fixed, strict=True):
-        # Padding and unused entries hold -inf: they move nothing.
-        step = jnp.where(jnp.isfinite(still), moving - still, 0.0)
-        moved = moved + jnp.sum(grad * step, axis=tuple(range(1, grad.ndim)))
+    # Padding and unused entries hold -inf: they move nothing.
+    steps = tuple(jnp.where(jnp.isfinite(f), d - f, 0.0) for d, f in zip(diff, fixed, strict=True))
+    moved = score + derivatives.contract(score, grads, steps)
     # No path (-inf), +inf or NaN: the score as it is.
     return columns.astype(jnp.int32), jnp.where(jnp.isfinite(score), moved, score)
 

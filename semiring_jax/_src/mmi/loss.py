@@ -42,16 +42,6 @@ def _leaky_value(diff: dense_ops.Diff, aux: dense_ops.Aux) -> jax.Array:
     return _reference_value(diff, aux)
 
 
-def _leaky_value_and_grads(
-    diff: dense_ops.Diff, aux: dense_ops.Aux
-) -> tuple[jax.Array, dense_ops.Diff]:
-    if dense_ops.usable(diff[2]):
-        return dense_ops.log_total_and_grads(leaky.scan_value_and_grads, diff, aux)
-    if arc_scan.serves():
-        return _PORTABLE.value_and_grad(diff, aux)
-    return leaky.scan_value_and_grads(diff, aux)
-
-
 def _leaky_value_and_some_grads(
     diff: dense_ops.Diff, aux: dense_ops.Aux, wanted: tuple[bool, ...]
 ) -> tuple[jax.Array, tuple[jax.Array | None, ...]]:
@@ -59,14 +49,16 @@ def _leaky_value_and_some_grads(
         total, grads = dense_ops.log_total_and_grads(
             leaky.scan_value_and_grads, diff, aux, weights=wanted[0]
         )
-        return total, dense.keep_wanted(grads, wanted)
+        return total, derivatives.keep_wanted(grads, wanted)
     if arc_scan.serves():
         return _PORTABLE.value_and_some_grads(diff, aux, wanted)  # type: ignore[misc]
     total, grads = leaky.scan_value_and_grads(diff, aux)
-    return total, dense.keep_wanted(grads, wanted)
+    return total, derivatives.keep_wanted(grads, wanted)
 
 
-_LEAKY = derivatives.ScoreOp(_leaky_value, _leaky_value_and_grads, _leaky_value_and_some_grads)
+_LEAKY = derivatives.ScoreOp(
+    _leaky_value, derivatives.every_grad(_leaky_value_and_some_grads), _leaky_value_and_some_grads
+)
 
 
 def _leaky_total(

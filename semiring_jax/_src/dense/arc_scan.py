@@ -235,25 +235,26 @@ def _leak_linear(values: jax.Array, leak: jax.Array | None) -> jax.Array:
     return values + leak * jnp.sum(values, axis=-1, keepdims=True)
 
 
+def _log_add(a: jax.Array, b: jax.Array) -> jax.Array:
+    """log(exp a + exp b); -inf where both are -inf, with a gradient free of
+    NaN there (logaddexp's is NaN)."""
+    top = jax.lax.stop_gradient(jnp.maximum(a, b))
+    top = jnp.where(jnp.isfinite(top), top, 0.0)
+    return top + _safe_log(jnp.exp(a - top) + jnp.exp(b - top))
+
+
 def _leak_log(logs: jax.Array, leak: jax.Array | None) -> jax.Array:
     """The same in logs."""
     if leak is None:
         return logs
-    log_leak = _safe_log(leak)
-    leaked = log_leak + _log_sum(logs)[:, None]
-    top = jax.lax.stop_gradient(jnp.maximum(logs, leaked))
-    top = jnp.where(jnp.isfinite(top), top, 0.0)
-    return top + _safe_log(jnp.exp(logs - top) + jnp.exp(leaked - top))
+    return _log_add(logs, _safe_log(leak) + _log_sum(logs)[:, None])
 
 
 def _leak_log_transposed(logs: jax.Array, leak: jax.Array | None) -> jax.Array:
     """log(b + (leak · b) 1) from log b [B, S]: the leak's transpose."""
     if leak is None:
         return logs
-    leaked = _log_sum(logs + _safe_log(leak))[:, None]
-    top = jax.lax.stop_gradient(jnp.maximum(logs, leaked))
-    top = jnp.where(jnp.isfinite(top), top, 0.0)
-    return top + _safe_log(jnp.exp(logs - top) + jnp.exp(leaked - top))
+    return _log_add(logs, _log_sum(logs + _safe_log(leak))[:, None])
 
 
 def _underflows(sums: jax.Array, reachable: jax.Array, active: jax.Array, tiny: float) -> jax.Array:
@@ -335,9 +336,10 @@ def _backward(
         beta, linear, arc_sum = carry
         t, frame, _, emission, alpha = inputs
         active = t < lengths
-        if g.leak is not None:  # the leak transposed: b + (leak · b) 1
-            linear = linear + jnp.sum(g.leak * linear, axis=-1, keepdims=True)
-        terms = g.weight * _gather(emission, g.column) * _gather(linear, g.dst)
+        after = linear  # b_{t+1} through the leak transposed: b + (leak · b) 1
+        if g.leak is not None:
+            after = linear + jnp.sum(g.leak * linear, axis=-1, keepdims=True)
+        terms = g.weight * _gather(emission, g.column) * _gather(after, g.dst)
         sums = _segment(jax.ops.segment_sum, terms, g.src, num_states)
         most = jax.lax.stop_gradient(jnp.max(sums, axis=-1))
         new_linear = sums / jnp.where(most > 0, most, 1.0)[:, None]
@@ -349,8 +351,8 @@ def _backward(
         posterior = terms * _gather(ratio, g.src)
 
         def exact() -> tuple[jax.Array, jax.Array, jax.Array]:
-            after = _leak_log_transposed(beta, g.leak)
-            terms = g.log_weight + _gather(frame, g.column) + _gather(after, g.dst)
+            terms = g.log_weight + _gather(frame, g.column)
+            terms = terms + _gather(_leak_log_transposed(beta, g.leak), g.dst)
             sums = _segment_log_sum(terms, g.src, num_states)
             at_src = _gather(sums, g.src)
             share = jnp.exp(terms - jnp.where(jnp.isfinite(at_src), at_src, 0.0))
@@ -366,7 +368,7 @@ def _backward(
             columns = columns[:, :num_columns]
         carry = (
             jnp.where(active[:, None], new, beta),
-            jnp.where(active[:, None], new_linear, carry[1]),
+            jnp.where(active[:, None], new_linear, linear),
             arc_sum + posterior if want_arcs else None,
         )
         return carry, columns
@@ -379,13 +381,11 @@ def _backward(
     return arc_sum, None if columns is None else jnp.moveaxis(columns, 0, 1)
 
 
-def _needs_reference(diff: dense_ops.Diff, aux: dense_ops.Aux) -> jax.Array:
+def _needs_reference(diff: dense_ops.Diff, arcs: dense_ops.Arcs, frames: _Frames) -> jax.Array:
     """Whether the batch reads +inf or a finite magnitude beyond 2^20 (in a
     real arc's weight, a final weight or an emission within its length and
     read by an arc)."""
-    weight, final_weight, emissions = diff
-    arcs, lengths = aux[:2]
-    logs = _frames(emissions, jnp.asarray(lengths, jnp.int32), arcs.column).logs
+    weight, final_weight, _ = diff
     if arcs.src.shape[0] == 1:  # shared: the rows are one broadcast (and may be constants)
         weight, final_weight = weight[:1], final_weight[:1]
     real_weight = jnp.where(arcs.column >= 0, weight, 0.0)
@@ -393,28 +393,37 @@ def _needs_reference(diff: dense_ops.Diff, aux: dense_ops.Aux) -> jax.Array:
     def beyond(x: jax.Array) -> jax.Array:
         return jnp.any((x == jnp.inf) | (jnp.isfinite(x) & (jnp.abs(x) > _LARGE)))
 
-    return beyond(real_weight) | beyond(final_weight) | beyond(logs)
+    return beyond(real_weight) | beyond(final_weight) | beyond(frames.logs)
 
 
-def _value(leaky: bool, diff: dense_ops.Diff, aux: dense_ops.Aux) -> jax.Array:
-    _, final_weight, emissions = diff
+def _inputs(diff: dense_ops.Diff, aux: dense_ops.Aux) -> tuple[dense_ops.Arcs, jax.Array, _Frames]:
+    """(arcs, int32 lengths [B], the frames) from the op's inputs: the
+    frames once per call, read by the check and the recursions alike."""
     arcs, lengths = aux[:2]
     lengths = jnp.asarray(lengths, jnp.int32)
+    return arcs, lengths, _frames(diff[2], lengths, arcs.column)
+
+
+def _value(
+    leaky: bool, diff: dense_ops.Diff, arcs: dense_ops.Arcs, lengths: jax.Array, frames: _Frames
+) -> jax.Array:
+    _, final_weight, emissions = diff
     g = _prepare(diff, arcs, leaky)
-    frames = _frames(emissions, lengths, arcs.column)
     alpha, scale, _ = _forward(g, frames, lengths, _TINY[emissions.dtype], keep=False)
     return _total(alpha, scale, final_weight)
 
 
 def _value_and_grads(
-    leaky: bool, wanted: tuple[bool, ...], diff: dense_ops.Diff, aux: dense_ops.Aux
+    leaky: bool,
+    wanted: tuple[bool, ...],
+    diff: dense_ops.Diff,
+    arcs: dense_ops.Arcs,
+    lengths: jax.Array,
+    frames: _Frames,
 ) -> tuple[jax.Array, tuple[jax.Array | None, ...]]:
     _, final_weight, emissions = diff
-    arcs, lengths = aux[:2]
-    lengths = jnp.asarray(lengths, jnp.int32)
     tiny = _TINY[emissions.dtype]
     g = _prepare(diff, arcs, leaky)
-    frames = _frames(emissions, lengths, arcs.column)
     alpha, scale, alphas = _forward(g, frames, lengths, tiny, keep=True)
     assert alphas is not None
     total = _total(alpha, scale, final_weight)
@@ -438,10 +447,11 @@ def score_op(
     (Kaldi's leaky HMM)."""
 
     def value(diff: dense_ops.Diff, aux: dense_ops.Aux) -> jax.Array:
+        arcs, lengths, frames = _inputs(diff, aux)
         return jax.lax.cond(
-            _needs_reference(diff, aux),
+            _needs_reference(diff, arcs, frames),
             lambda: reference_value(diff, aux),
-            lambda: _value(leaky, diff, aux),
+            lambda: _value(leaky, diff, arcs, lengths, frames),
         )
 
     def value_and_some_grads(
@@ -449,18 +459,15 @@ def score_op(
     ) -> tuple[jax.Array, tuple[jax.Array | None, ...]]:
         def referenced() -> tuple[jax.Array, tuple[jax.Array | None, ...]]:
             total, grads = reference(diff, aux)
-            return total, tuple(g if w else None for g, w in zip(grads, wanted, strict=True))
+            return total, derivatives.keep_wanted(grads, wanted)
 
+        arcs, lengths, frames = _inputs(diff, aux)
         return jax.lax.cond(
-            _needs_reference(diff, aux),
+            _needs_reference(diff, arcs, frames),
             referenced,
-            lambda: _value_and_grads(leaky, wanted, diff, aux),
+            lambda: _value_and_grads(leaky, wanted, diff, arcs, lengths, frames),
         )
 
-    def value_and_grad(
-        diff: dense_ops.Diff, aux: dense_ops.Aux
-    ) -> tuple[jax.Array, dense_ops.Diff]:
-        total, grads = value_and_some_grads(diff, aux, (True, True, True))
-        return total, grads  # type: ignore[return-value]
-
-    return derivatives.ScoreOp(value, value_and_grad, value_and_some_grads)
+    return derivatives.ScoreOp(
+        value, derivatives.every_grad(value_and_some_grads), value_and_some_grads
+    )

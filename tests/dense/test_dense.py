@@ -220,6 +220,27 @@ def test_no_path_gives_minus_inf_and_zero_gradients():
         assert not any(np.asarray(g).any() for g in grads)
 
 
+def test_plus_inf_emissions_give_plus_inf_on_every_path():
+    """A frame of +inf on every column makes the total +inf (every path
+    reads one), not NaN: the scan's padding slots (-inf weights, here the
+    states with fewer arcs in) annihilate the +inf instead of adding to it."""
+    from semiring_jax._src.dense import dense
+
+    arcs = [(0, 1, 0, 0.5), (0, 2, 1, -1.0), (1, 2, 0, 0.25), (2, 2, 1, 0.0), (1, 1, 1, -2.0)]
+    arcs += [(2, 0, 0, 0.1), (1, 0, 1, 0.3)]
+    graph = sj.Fsa.from_arcs(arcs, final=[2], dtype=np.float64)
+    emissions = np.random.default_rng(3).normal(size=(3, 5, 2))
+    emissions[:, 2, :] = np.inf
+    emissions = jnp.asarray(emissions)
+    lengths = jnp.array([5, 3, 2], jnp.int32)
+    want = [np.inf, np.inf, sj.dense_tot_score(graph, emissions[2:], lengths[2:])[0]]
+    assert np.isfinite(want[2])
+    np.testing.assert_allclose(sj.dense_tot_score(graph, emissions, lengths), want, rtol=1e-12)
+    np.testing.assert_allclose(
+        dense.scan_total(sj.LOG, graph, emissions, lengths), want, rtol=1e-12
+    )
+
+
 def test_zero_length_scores_the_start_states_final_weight():
     graph = sj.Fsa.from_arcs([(0, 0, 0, 0.0)], final={0: -0.25})
     scores = sj.dense_tot_score(graph, jnp.zeros((1, 3, 1), jnp.float32), np.array([0]))

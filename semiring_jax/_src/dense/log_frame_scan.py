@@ -54,13 +54,15 @@ def _to_dst(
 
     The weight and the emission are O(1) numbers: their plain float sum is
     as exact as the inputs themselves; only adding it to the (large) score
-    needs compensating."""
+    needs compensating. A padding slot's -inf weight annihilates a +inf
+    emission (`compensated.times`), where a plain sum would make NaN."""
     num_slots = slot_weight.shape[1]
     emissions = frame_columns(frame, slots, num_slots)
+    times = compensated.times
     if not by_columns(slots, num_slots):
         assert not isinstance(emissions, list)  # by_columns says which
-        return _add(his, los, slot_weight + emissions)
-    return _add(his, los, [slot_weight[:, k] + emissions[k] for k in range(num_slots)])
+        return _add(his, los, times(slot_weight, emissions))
+    return _add(his, los, [times(slot_weight[:, k], emissions[k]) for k in range(num_slots)])
 
 
 def _add(his: Slotwise, los: Slotwise, values: Slotwise) -> tuple[Slotwise, Slotwise]:
@@ -172,7 +174,7 @@ def posterior_grads(
         beta_hi, beta_lo, slot_grad = carry  # β after frame t; [R, K] so far
         t, frame, alpha_hi, alpha_lo = inputs
         active = t < length
-        added = slot_weight + frame_scores(frame, slots)  # [R, K]
+        added = compensated.times(slot_weight, frame_scores(frame, slots))  # [R, K]
         if by_state:
             path_hi, path_lo = compensated.add(alpha_hi, alpha_lo + beta_lo, beta_hi)
             posterior = compensated.exp_difference(path_hi, path_lo, z_hi, z_lo)

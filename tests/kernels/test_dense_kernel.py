@@ -9,6 +9,8 @@ same second derivatives. The brute-force tests of `tests/dense` check the
 path this machine runs.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,7 +20,7 @@ from hypothesis import strategies as st
 
 import semiring_jax as sj
 from semiring_jax._src.dense import dense
-from semiring_jax._src.kernels import loader
+from semiring_jax._src.kernels import dense_ops, loader
 
 # The kernel's targets are registered as it is built, on first use.
 pytestmark = pytest.mark.skipif(not loader.enabled(), reason="the CPU kernels are not built")
@@ -205,7 +207,8 @@ def test_float32_keeps_float64_precision_over_5000_frames():
         for w in rng.normal(size=80)
     ]
     arcs += [(s, (s + 1) % 20, s % V, 0.0) for s in range(20)]  # a cycle through every state
-    logits = rng.normal(size=(1, 5000, V)).astype(np.float32)
+    # Four utterances: they run as one group of lanes (alpha kept in float).
+    logits = rng.normal(size=(4, 5000, V)).astype(np.float32)
     log_probs = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
     results = []
     for dtype in (np.float32, np.float64):
@@ -214,7 +217,7 @@ def test_float32_keeps_float64_precision_over_5000_frames():
         value, grad = jax.value_and_grad(lambda e, g=graph: jnp.sum(sj.dense_tot_score(g, e)))(e)
         results.append((np.asarray(value, np.float64), np.asarray(grad, np.float64)))
     (v32, g32), (v64, g64) = results
-    assert np.isfinite(v64)
+    assert np.isfinite(v64).all()
     np.testing.assert_allclose(v32, v64, rtol=1e-5)
     np.testing.assert_allclose(g32, g64, atol=1e-4)
 
@@ -262,3 +265,58 @@ def test_viterbi_scores_gradients_are_the_tropical_totals():
     _, forward = jax.jvp(lambda e: viterbi(e, weight), (emissions,), (tangent,))
     _, want_forward = jax.jvp(lambda e: tropical(e, weight), (emissions,), (tangent,))
     np.testing.assert_allclose(forward, want_forward, rtol=1e-12)
+
+
+@jax.jit
+def _log_kernel_outputs(graph, emissions, lengths, leak):
+    diff, arcs = dense.kernel_inputs(graph, emissions, leak)
+    reference = functools.partial(dense._scan_value_and_grads, sj.LOG)
+    return dense_ops.log_total_and_grads(reference, diff, (arcs, lengths, graph))
+
+
+def _raw_log_kernel(graph, emissions, lengths, leak):
+    """The kernel's LOG outputs as they come: log Z [B] and the posteriors
+    by weight [B, A], final weight [B, S] and emission [B, T, V]."""
+    return jax.tree_util.tree_map(np.asarray, _log_kernel_outputs(graph, emissions, lengths, leak))
+
+
+@pytest.mark.parametrize("leaky", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_groups_of_utterances_are_each_utterance_alone(dtype, leaky):
+    """With a shared graph and three or more utterances the kernel runs
+    them four at a time, one vector lane each: each must come out as it
+    does alone (one utterance runs by itself). The batch mixes lengths 0
+    and T, an entry with no path, NaN and +inf entries (which run alone),
+    a -1e30 mask (handed to the scan) and frames deep enough to underflow
+    a linear sum, and fills its last group with fewer than four."""
+    rng = np.random.default_rng(5)
+    frames, valley = 12, -700.0  # the kernel sums in double: 1e-200 is tiny
+    graph = _random_graph(rng, dtype, 8, 40)
+    emissions = rng.normal(size=(11, frames, V))
+    lengths = rng.integers(1, frames + 1, 11)
+    lengths[:8] = frames, 0, frames, frames, frames, frames, frames, frames
+    emissions[2, 4, :] = -np.inf  # no path
+    emissions[3, 2, :] = np.nan
+    emissions[4, 3, :] = np.inf
+    emissions[5, :, 1] = valley  # states reached only through column 1 fall far behind
+    emissions[6, 5, :2] = 2 * valley
+    emissions[7, 1, 3] = -1e30
+    leak = jnp.asarray(rng.uniform(0, 1e-3, 8), dtype) if leaky else None
+    emissions, lengths = jnp.asarray(emissions, dtype), jnp.asarray(lengths, jnp.int32)
+    together = _raw_log_kernel(graph, emissions, lengths, leak)
+    alone = [
+        _raw_log_kernel(graph, emissions[b : b + 1], lengths[b : b + 1], leak) for b in range(11)
+    ]
+    alone = jax.tree_util.tree_map(lambda *xs: np.concatenate(xs), *alone)
+    # float32: the lanes keep alpha in float (the posteriors within 1e-5)
+    tol = {"float32": dict(rtol=1e-5, atol=1e-7), "float64": dict(rtol=1e-12, atol=1e-14)}[dtype]
+    for got, want in zip(jax.tree_util.tree_leaves(together), jax.tree_util.tree_leaves(alone)):
+        np.testing.assert_allclose(got, want, **tol)
+    value, grads = together
+    assert value[2] == -np.inf and not np.any(grads[2][2])
+    assert np.isnan(value[3]) and np.isfinite(value[[0, 5, 6, 7]]).all()
+    assert not np.any(grads[2][1]) and not np.any(grads[2][8, lengths[8] :])
+    if not leaky:  # and the scan agrees (it has no leak of its own)
+        scan = dense.scan_total(sj.LOG, graph, emissions, lengths)
+        assert value[4] == np.inf
+        np.testing.assert_allclose(value, np.asarray(scan), **TOL[dtype])

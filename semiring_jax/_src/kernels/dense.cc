@@ -39,6 +39,13 @@
 // states. Float32 inputs get exp and log to float precision over the whole
 // double range (ExpD8, LogD8); float64 inputs use libm.
 //
+// With a graph shared by three or more utterances, those that read no NaN
+// or +inf run four at a time, one per SIMD lane (LogForwardLanes,
+// LogBackwardLanes): each arc's indices and weight are loaded once per
+// frame for the four, and each random read of a state's or column's value
+// is one vector load. The arithmetic per lane is the same; the forward
+// vectors kept for the backward pass are stored in the inputs' type.
+//
 // `large` flags an utterance that reads a finite weight or emission beyond
 // 2^20 in magnitude (a mask at -1e30): double cannot keep O(1) differences
 // between paths next to such numbers, so its caller recomputes that
@@ -121,6 +128,19 @@ void ExpArray(const double* in, double* out, int64_t n) {
     return;
   }
   for (; i < n; ++i) out[i] = std::exp(in[i]);
+}
+
+// x[i] <- exp(x[i]) in float arithmetic (0 below -86, inf above 88).
+inline void ExpViaFloat(double* x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const Floats8 f = __builtin_convertvector(LoadD8(x + i), Floats8);
+    const Floats8 big = Floats8{} + 88.0f;
+    const Floats8 e = FastExp8(f);
+    const Doubles8 r = __builtin_convertvector(f > big ? Floats8{} + kPosInf<float> : e, Doubles8);
+    std::memcpy(x + i, &r, sizeof(r));
+  }
+  for (; i < n; ++i) x[i] = x[i] > 88.0 ? kPosInf<double> : FastExp(static_cast<float>(x[i]));
 }
 
 template <bool Float>
@@ -386,9 +406,23 @@ void BuildGraph(const int32_t* src, const int32_t* dst, const int32_t* col, cons
 template <typename T>
 Reads ReadsOf(const Graph& g, const T* e, int64_t V, int64_t length) {
   Reads r = g.reads;
-  for (int64_t t = 0; t < length; ++t) {
-    for (int32_t c : g.columns) r.Add(static_cast<double>(e[t * V + c]));
+  if (static_cast<int64_t>(g.columns.size()) < V) {
+    for (int64_t t = 0; t < length; ++t) {
+      for (int32_t c : g.columns) r.Add(static_cast<double>(e[t * V + c]));
+    }
+    return r;
   }
+  // Every column is read: one branch-free pass over the frames.
+  bool nan = false, inf = false, large = false;
+  for (int64_t i = 0; i < length * V; ++i) {
+    const T x = e[i], magnitude = std::fabs(x);
+    nan |= x != x;
+    inf |= x == kPosInf<T>;
+    large |= magnitude > T(kLarge) && magnitude < kPosInf<T>;
+  }
+  r.nan |= nan;
+  r.inf |= inf;
+  r.large |= large;
   return r;
 }
 
@@ -456,11 +490,13 @@ int64_t MaxDegree(const Graph& g) {
 }
 
 // One group's log-sum-exp, exactly: log Σ over arcs k in [begin, end) of
-// exp(from[other[k]] + lw[k] + le[col[k]]).
+// exp(from[other[k]] + lw[k] + le[col[k]]). With lanes (below), from and le
+// hold `lanes` utterances' values per state and column, and lane j is read.
 inline double ExactGroup(int64_t begin, int64_t end, const int32_t* other, const int32_t* col,
-                         const double* lw, const double* from, const double* le, double* terms) {
+                         const double* lw, const double* from, const double* le, double* terms,
+                         int64_t lanes = 1, int64_t j = 0) {
   for (int64_t k = begin; k < end; ++k) {
-    terms[k - begin] = Times(Times(from[other[k]], lw[k]), le[col[k]]);
+    terms[k - begin] = Times(Times(from[other[k] * lanes + j], lw[k]), le[col[k] * lanes + j]);
   }
   return LogSumExp(terms, end - begin);
 }
@@ -670,6 +706,442 @@ void LogBackward(const Graph& g, const T* e, int64_t V, int64_t length, bool exa
   }
 }
 
+// -- LOG, several utterances at once -------------------------------------------
+//
+// With a shared graph, utterances that read no NaN or +inf run in groups of
+// kLanes: every array of scores is [S][kLanes] (lane j holds the group's
+// j-th utterance), so that one pass over the arcs serves the whole group.
+// Each arc's indices and weight are loaded once per frame instead of once
+// per utterance, and p[src], lin[col], q[dst] are one vector load each
+// instead of a random scalar one. The arithmetic of each lane is that of
+// LogForward and LogBackward above, the exact fallbacks included. A lane
+// past its length reads emissions 0 and is neither checked nor written
+// (its values are never used); a lane whose sums all came to nothing is
+// dead (log Z = -inf, its gradient 0).
+
+constexpr int64_t kLanes = 4;
+typedef Doubles4 Lanes;  // one value per lane
+static_assert(sizeof(Lanes) == kLanes * sizeof(double));
+
+inline Lanes LoadLanes(const double* p) {
+  Lanes v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+inline void StoreLanes(double* p, Lanes v) { std::memcpy(p, &v, sizeof(v)); }
+
+// The utterances of one group; a lane without one has entry -1, length 0.
+template <typename T>
+struct Group {
+  int64_t entry[kLanes], length[kLanes];
+  const T* e[kLanes];  // emissions [T, V] of each lane's utterance
+
+  int64_t MaxLength() const { return *std::max_element(length, length + kLanes); }
+};
+
+// Arrays of lanes start on a cache line (64 bytes), so that no entry's
+// kLanes values straddle two lines: the size to reserve, and the array.
+constexpr int64_t kLine = 64 / sizeof(double);
+
+size_t LaneBytes(int64_t count) { return Workspace::Bytes<double>(count + kLine); }
+
+double* TakeLanes(Workspace* space, int64_t count) {
+  double* raw = space->Take<double>(count + kLine);
+  const uintptr_t at = reinterpret_cast<uintptr_t>(raw);
+  return reinterpret_cast<double*>((at + 63) / 64 * 64);
+}
+
+// Scratch for one group's recursions: the Buffers' arrays with kLanes
+// values per entry (lin [V][2 kLanes]: the backward pass keeps each
+// column's posteriors beside its emissions, on the same cache line), and
+// one lane's frame.
+struct LaneBuffers {
+  double *p, *acc, *le, *lin, *le_one, *lin_one, *terms;
+  static size_t Bytes(int64_t S, int64_t V, int64_t max_degree) {
+    return 2 * LaneBytes(S * kLanes) + 3 * LaneBytes(V * kLanes) +
+           2 * Workspace::Bytes<double>(V) + Workspace::Bytes<double>(max_degree);
+  }
+  LaneBuffers(int64_t S, int64_t V, int64_t max_degree, Workspace* space)
+      : p(TakeLanes(space, S * kLanes)),
+        acc(TakeLanes(space, S * kLanes)),
+        le(TakeLanes(space, V * kLanes)),
+        lin(TakeLanes(space, 2 * V * kLanes)),
+        le_one(space->Take<double>(V)),
+        lin_one(space->Take<double>(V)),
+        terms(space->Take<double>(max_degree)) {}
+};
+
+// Frame t of every lane into buf->le ([V][kLanes], the graph's columns),
+// buf->lin (column c's lanes at c * stride) and em [kLanes] (as Frame); 0
+// (and 1) for a lane past its length.
+template <typename T>
+void FrameLanes(const Graph& g, const Group<T>& group, int64_t t, int64_t V, int64_t stride,
+                LaneBuffers* buf, double* em) {
+  for (int64_t j = 0; j < kLanes; ++j) {
+    const bool reads = t < group.length[j];
+    em[j] = reads ? Frame(g, group.e[j] + t * V, V, buf->le_one, buf->lin_one) : 0.0;
+    for (const int32_t c : g.columns) {
+      buf->le[c * kLanes + j] = reads ? buf->le_one[c] : 0.0;
+      buf->lin[c * stride + j] = reads ? buf->lin_one[c] : 1.0;
+    }
+  }
+}
+
+// out[i] = log(in[i]) where in[i] >= kTiny, -inf elsewhere, for i < n.
+template <bool Float>
+void LogOrNegInf(const double* in, double* out, int64_t n) {
+  int64_t i = 0;
+  if constexpr (Float) {
+    for (; i + 8 <= n; i += 8) {
+      const Doubles8 a = LoadD8(in + i);
+      const auto ok = a >= kTiny;
+      Doubles8 v = LogD8(ok ? a : SplatD(1.0));
+      v = ok ? v : SplatD(kNegInf<double>);
+      std::memcpy(out + i, &v, sizeof(v));
+    }
+  }
+  for (; i < n; ++i) out[i] = in[i] >= kTiny ? std::log(in[i]) : kNegInf<double>;
+}
+
+// Settle for lanes: out = log(acc), or exact(state, lane) where acc is tiny
+// in a lane marked `checked` (-inf in the others), normalised per lane by
+// its largest (top [kLanes], -inf for a lane with none); p = exp(out).
+// largest [kLanes]: each lane's largest acc. Where a lane's largest is not
+// tiny its shift is log(largest) and p = acc / largest, exact in double;
+// then one pass over the states does it all. A tiny sum's true value is
+// below kTiny plus terms that underflowed, so below the largest: the shift
+// stays the maximum. Otherwise (every sum of a checked lane tiny) a slower
+// pass finds the maximum of the logs and exps them.
+template <bool Float, typename Exact>
+void SettleLanes(int64_t S, const bool* checked, const double* acc, Lanes largest, double* out,
+                 double* p, const Exact& exact, double* top) {
+  const int64_t n = S * kLanes;
+  const auto linear = largest >= kTiny;
+  bool fast = true;
+  for (int64_t j = 0; j < kLanes; ++j) fast &= linear[j] || !checked[j];
+  if (!fast) {
+    LogOrNegInf<Float>(acc, out, n);
+    for (int64_t i = 0; i < n; ++i) {
+      if (!(acc[i] >= kTiny) && checked[i % kLanes]) out[i] = exact(i / kLanes, i % kLanes);
+    }
+    Lanes m = Lanes{} + kNegInf<double>;
+    for (int64_t s = 0; s < S; ++s) {
+      const Lanes v = LoadLanes(out + s * kLanes);
+      m = v > m ? v : m;
+    }
+    const Lanes shift = m > kNegInf<double> ? m : Lanes{};
+    for (int64_t s = 0; s < S; ++s) StoreLanes(out + s * kLanes, LoadLanes(out + s * kLanes) - shift);
+    ExpArray<Float>(out, p, n);
+    StoreLanes(top, m);
+    return;
+  }
+  // shift: log(largest) (0 in a lane without, whose values are not used).
+  double shift[2 * kLanes], lane_top[kLanes];
+  for (int64_t j = 0; j < kLanes; ++j) {
+    double pad[8] = {linear[j] ? largest[j] : 1.0, 1, 1, 1, 1, 1, 1, 1};
+    shift[j] = shift[j + kLanes] = LogD8(LoadD8(pad))[0];
+    if constexpr (!Float) shift[j] = shift[j + kLanes] = std::log(pad[0]);
+    lane_top[j] = linear[j] ? shift[j] : kNegInf<double>;
+  }
+  const Lanes scale = linear ? 1.0 / largest : Lanes{};
+  double scale2[2 * kLanes];
+  for (int64_t j = 0; j < kLanes; ++j) scale2[j] = scale2[j + kLanes] = scale[j];
+  const Doubles8 shift8 = LoadD8(shift), scale8 = LoadD8(scale2);
+  static_assert(kLanes == 4 && 8 % kLanes == 0);
+  // n is a multiple of 8 when S is even; the odd state's lanes go last.
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const Doubles8 a = LoadD8(acc + i);
+    const auto ok = a >= kTiny;
+    Doubles8 v;
+    if constexpr (Float) {
+      v = LogD8(ok ? a : SplatD(1.0));
+    } else {
+      for (int k = 0; k < 8; ++k) v[k] = ok[k] ? std::log(a[k]) : 1.0;
+    }
+    v = ok ? v - shift8 : SplatD(kNegInf<double>);
+    const Doubles8 q = ok ? a * scale8 : Doubles8{};
+    std::memcpy(out + i, &v, sizeof(v));
+    std::memcpy(p + i, &q, sizeof(q));
+    bool all = true;
+    for (int k = 0; k < 8; ++k) all &= ok[k] != 0;
+    if (all) continue;
+    for (int64_t k = i; k < i + 8; ++k) {
+      const int64_t j = k % kLanes;
+      if (acc[k] >= kTiny || !checked[j]) continue;
+      out[k] = exact(k / kLanes, j) - shift[j];
+      p[k] = ExpOne<Float>(out[k]);
+    }
+  }
+  for (; i < n; ++i) {
+    const int64_t j = i % kLanes;
+    if (acc[i] >= kTiny) {
+      out[i] = std::log(acc[i]) - shift[j];
+      p[i] = acc[i] * scale[j];
+    } else {
+      out[i] = checked[j] ? exact(i / kLanes, j) - shift[j] : kNegInf<double>;
+      p[i] = ExpOne<Float>(out[i]);
+    }
+  }
+  std::copy(lane_top, lane_top + kLanes, top);
+}
+
+// Leak for lanes (forward): v <- log(exp(v) + leak * Σ exp(v)) per lane,
+// p = exp(v) on entry, updated; exact where p is tiny in a checked lane.
+template <bool Float>
+void LeakLanes(const Graph& g, const bool* checked, double* v, double* p) {
+  const int64_t S = g.num_states;
+  Lanes sum{};
+  for (int64_t s = 0; s < S; ++s) sum += LoadLanes(p + s * kLanes);
+  for (int64_t s = 0; s < S; ++s) {
+    StoreLanes(p + s * kLanes, LoadLanes(p + s * kLanes) + g.leak[s] * sum);
+  }
+  for (int64_t i = 0; i < S * kLanes; ++i) {
+    const int64_t j = i % kLanes;
+    if (p[i] < kTiny && checked[j]) {
+      v[i] = LogAdd(v[i], Times(std::log(g.leak[i / kLanes]), std::log(sum[j])));
+    }
+  }
+  LogWhereLarge<Float>(p, v, S * kLanes);
+}
+
+// LogForward for a group: log_z [kLanes] (-inf for a lane without an
+// utterance). The recursion runs on roll [2 S kLanes]; alpha [(max length +
+// 1) S kLanes] and offset [(max length + 1) kLanes] (both may be null)
+// receive LogForward's, per lane. alpha is stored in the inputs' type: in
+// float for float32, as normalised logs, whose rounding (below 1e-7
+// relative) stays under float32's precision of the posteriors formed from
+// them, at half the memory and traffic of double.
+template <typename T>
+void LogForwardLanes(const Graph& g, const Group<T>& group, int64_t V, T* alpha, double* offset,
+                     double* roll, LaneBuffers* buf, double* log_z) {
+  constexpr bool kFloat = std::is_same_v<T, float>;
+  const int64_t S = g.num_states, n = S * kLanes, length = group.MaxLength();
+  auto row = [&](int64_t t) { return roll + (t % 2) * n; };
+  auto store = [&](int64_t t, const double* a) {
+    if (alpha) std::transform(a, a + n, alpha + t * n, [](double x) { return static_cast<T>(x); });
+  };
+  double shift[kLanes] = {}, em[kLanes], top[kLanes];
+  bool live[kLanes];
+  for (int64_t j = 0; j < kLanes; ++j) live[j] = group.entry[j] >= 0;
+  // Lane j's log Z, once frame boundary t = its length is reached.
+  auto finish = [&](int64_t t, const double* a) {
+    for (int64_t j = 0; j < kLanes; ++j) {
+      if (group.length[j] != t) continue;
+      double m = kNegInf<double>, sum = 0;
+      for (int64_t s = 0; s < S; ++s) m = std::max(m, Times(a[s * kLanes + j], g.final_weight[s]));
+      if (m > kNegInf<double>) {
+        for (int64_t s = 0; s < S; ++s) {
+          sum += std::exp(Times(a[s * kLanes + j], g.final_weight[s]) - m);
+        }
+      }
+      log_z[j] = live[j] && m > kNegInf<double> ? shift[j] + m + std::log(sum) : kNegInf<double>;
+    }
+  };
+  double* a = row(0);
+  std::fill(a, a + n, kNegInf<double>);
+  std::fill(a, a + kLanes, 0.0);
+  ExpArray<kFloat>(a, buf->p, n);
+  if (!g.leak.empty()) LeakLanes<kFloat>(g, live, a, buf->p);
+  if (offset) std::fill(offset, offset + kLanes, 0.0);
+  store(0, a);
+  finish(0, a);
+  for (int64_t t = 0; t < length; ++t) {
+    FrameLanes(g, group, t, V, kLanes, buf, em);
+    const double* __restrict p = buf->p;
+    const double* __restrict lin = buf->lin;
+    const double* __restrict w = g.in_w.data();
+    const int32_t* __restrict src = g.in_src.data();
+    const int32_t* __restrict col = g.in_col.data();
+    Lanes largest{};
+    for (const int32_t d : g.in_order) {
+      Lanes s0{}, s1{};  // two partial sums: the adds do not wait on each other
+      int64_t k = g.in_begin[d];
+      const int64_t end = g.in_end[d];
+      for (; k + 2 <= end; k += 2) {
+        s0 += LoadLanes(p + src[k] * kLanes) * w[k] * LoadLanes(lin + col[k] * kLanes);
+        s1 += LoadLanes(p + src[k + 1] * kLanes) * w[k + 1] * LoadLanes(lin + col[k + 1] * kLanes);
+      }
+      if (k < end) s0 += LoadLanes(p + src[k] * kLanes) * w[k] * LoadLanes(lin + col[k] * kLanes);
+      const Lanes sum = s0 + s1;
+      StoreLanes(buf->acc + d * kLanes, sum);
+      largest = sum > largest ? sum : largest;
+    }
+    bool checked[kLanes];
+    for (int64_t j = 0; j < kLanes; ++j) checked[j] = live[j] && t < group.length[j];
+    const double* from = row(t);
+    double* next = row(t + 1);
+    SettleLanes<kFloat>(S, checked, buf->acc, largest, next, buf->p, [&](int64_t d, int64_t j) {
+      return ExactGroup(g.in_begin[d], g.in_end[d], g.in_src.data(), g.in_col.data(),
+                        g.in_lw.data(), from, buf->le, buf->terms, kLanes, j);
+    }, top);
+    for (int64_t j = 0; j < kLanes; ++j) {
+      if (!checked[j]) continue;
+      if (top[j] > kNegInf<double>) {
+        shift[j] += g.max_weight + em[j] + top[j];
+      } else {
+        live[j] = false;  // no path reaches frame t + 1
+      }
+    }
+    if (offset) std::copy(shift, shift + kLanes, offset + (t + 1) * kLanes);
+    if (!g.leak.empty()) LeakLanes<kFloat>(g, checked, next, buf->p);
+    store(t + 1, next);
+    finish(t + 1, next);
+  }
+}
+
+// LogBackward for a group: adds lane j's posteriors into ge[j] [T, V],
+// gw [n kLanes] (by live arc in source order, per lane; only with kWeights)
+// and gf [S kLanes] (zeros on entry). alpha and offset from LogForwardLanes;
+// a lane runs where its log_z is finite. Needs Bytes(S) more workspace.
+template <typename T, bool kWeights>
+struct LogBackwardLanes {
+  static size_t Bytes(int64_t S) {
+    return 2 * LaneBytes(S * kLanes) + Workspace::Bytes<double>(2 * S);
+  }
+  static void Run(const Graph& g, const Group<T>& group, int64_t V, const T* alpha,
+                  const double* offset, const double* log_z, T* const* ge, double* gw, double* gf,
+                  Workspace* space, LaneBuffers* buf);
+};
+
+template <typename T, bool kWeights>
+void LogBackwardLanes<T, kWeights>::Run(const Graph& g, const Group<T>& group, int64_t V,
+                                        const T* alpha, const double* offset, const double* log_z,
+                                        T* const* ge, double* gw, double* gf, Workspace* space,
+                                        LaneBuffers* buf) {
+  constexpr bool kFloat = std::is_same_v<T, float>;
+  constexpr int64_t kStride = 2 * kLanes;  // lin and the posteriors, column by column
+  const int64_t S = g.num_states, n = S * kLanes;
+  double* beta = TakeLanes(space, n);
+  double* here = TakeLanes(space, n);
+  double* start = space->Take<double>(2 * S);  // beta at the length, as logs and exps
+  double* q = buf->p;
+  bool live[kLanes];
+  int64_t length = 0;
+  for (int64_t j = 0; j < kLanes; ++j) {
+    live[j] = log_z[j] > kNegInf<double> && log_z[j] < kPosInf<double>;
+    if (live[j]) length = std::max(length, group.length[j]);
+  }
+  // beta at a lane's length: the final weights (with the leak into them),
+  // normalised; the same for every lane.
+  for (int64_t s = 0; s < S; ++s) start[s] = g.final_weight[s];
+  if (!g.leak.empty()) {
+    double* into = start + S;
+    for (int64_t s = 0; s < S; ++s) into[s] = Times(std::log(g.leak[s]), g.final_weight[s]);
+    const double sum = LogSumExp(into, S);
+    for (int64_t s = 0; s < S; ++s) start[s] = LogAdd(start[s], sum);
+  }
+  const double start_shift = Normalise(S, start);
+  ExpArray<kFloat>(start, start + S, S);
+  double beta_shift[kLanes], em[kLanes], top[kLanes], k_t[kLanes];
+  for (int64_t j = 0; j < kLanes; ++j) {
+    beta_shift[j] = start_shift;
+    if (!live[j]) continue;
+    const int64_t at = group.length[j];
+    const T* last = alpha + at * n;
+    for (int64_t s = 0; s < S; ++s) {
+      gf[s * kLanes + j] = std::exp(Times(Times(last[s * kLanes + j], g.final_weight[s]),
+                                          offset[at * kLanes + j] - log_z[j]));
+    }
+  }
+  for (int64_t s = 0; s < S; ++s) {
+    StoreLanes(beta + s * kLanes, Lanes{} + start[s]);
+    StoreLanes(q + s * kLanes, Lanes{} + start[S + s]);
+  }
+  for (int64_t t = length - 1; t >= 0; --t) {
+    bool checked[kLanes];
+    for (int64_t j = 0; j < kLanes; ++j) {
+      checked[j] = live[j] && t < group.length[j];
+      if (!(live[j] && group.length[j] == t + 1) || t + 1 == length) continue;
+      for (int64_t s = 0; s < S; ++s) {  // lane j's recursion starts here
+        beta[s * kLanes + j] = start[s];
+        q[s * kLanes + j] = start[S + s];
+      }
+      beta_shift[j] = start_shift;
+    }
+    FrameLanes(g, group, t, V, kStride, buf, em);
+    const T* a = alpha + t * n;
+    for (int64_t j = 0; j < kLanes; ++j) {
+      k_t[j] = checked[j] ? offset[t * kLanes + j] + g.max_weight + em[j] + beta_shift[j] - log_z[j]
+                          : kNegInf<double>;
+    }
+    double* __restrict factor = here;  // free until the sums are logged
+    for (int64_t i = 0; i < n; ++i) factor[i] = static_cast<double>(a[i]) + k_t[i % kLanes];
+    // exp(-inf) = 0: unchecked lanes add nothing. For float32 inputs a float
+    // exp serves: a factor below e^-87 bounds posteriors below float's
+    // normal range, and one above e^88 is inf, so huge: exact, below.
+    if constexpr (kFloat) {
+      ExpViaFloat(factor, n);
+    } else {
+      ExpArray<false>(factor, factor, n);
+    }
+    const int32_t* __restrict dst = g.out_dst.data();
+    const int32_t* __restrict col = g.out_col.data();
+    const double* __restrict w = g.out_w.data();
+    const double* __restrict lin = buf->lin;
+    double* __restrict ge_row = buf->lin + kLanes;  // column c's at c * kStride
+    for (const int32_t c : g.columns) StoreLanes(ge_row + c * kStride, Lanes{});
+    Lanes largest{};
+    for (const int32_t s : g.out_order) {
+      const int64_t begin = g.out_begin[s], end = g.out_end[s];
+      Lanes f = LoadLanes(factor + s * kLanes);
+      // Where the factor is huge the term may have underflowed: that lane
+      // is summed exactly, from the logs, after the vector loop.
+      const auto huge = !(f <= kHuge);
+      bool any_huge = false;
+      for (int64_t j = 0; j < kLanes; ++j) any_huge |= huge[j] != 0;
+      if (any_huge) f = huge ? Lanes{} : f;
+      Lanes s0{};
+      for (int64_t k = begin; k < end; ++k) {
+        const Lanes u = w[k] * LoadLanes(lin + col[k] * kStride) * LoadLanes(q + dst[k] * kLanes);
+        s0 += u;
+        const Lanes post = u * f;
+        StoreLanes(ge_row + col[k] * kStride, LoadLanes(ge_row + col[k] * kStride) + post);
+        if constexpr (kWeights) StoreLanes(gw + k * kLanes, LoadLanes(gw + k * kLanes) + post);
+      }
+      StoreLanes(buf->acc + s * kLanes, s0);
+      largest = s0 > largest ? s0 : largest;
+      if (!any_huge) continue;
+      for (int64_t j = 0; j < kLanes; ++j) {
+        if (!huge[j]) continue;
+        const double from = a[s * kLanes + j] + k_t[j];
+        for (int64_t k = begin; k < end; ++k) {
+          const double x = Times(Times(Times(from, g.out_lw[k]), buf->le[col[k] * kLanes + j]),
+                                 beta[dst[k] * kLanes + j]);
+          const double post = std::min(ExpOne<kFloat>(x), 1.0);
+          ge_row[col[k] * kStride + j] += post;
+          if constexpr (kWeights) gw[k * kLanes + j] += post;
+        }
+      }
+    }
+    for (int64_t j = 0; j < kLanes; ++j) {
+      if (!checked[j]) continue;
+      T* out = ge[j] + t * V;
+      for (const int32_t c : g.columns) out[c] = static_cast<T>(ge_row[c * kStride + j]);
+    }
+    if (t == 0) break;
+    // q, read by the loop above, now becomes exp(beta_t).
+    SettleLanes<kFloat>(S, checked, buf->acc, largest, here, q, [&](int64_t s, int64_t j) {
+      return ExactGroup(g.out_begin[s], g.out_end[s], g.out_dst.data(), g.out_col.data(),
+                        g.out_lw.data(), beta, buf->le, buf->terms, kLanes, j);
+    }, top);
+    for (int64_t j = 0; j < kLanes; ++j) {
+      if (checked[j] && top[j] > kNegInf<double>) beta_shift[j] += g.max_weight + em[j] + top[j];
+    }
+    if (!g.leak.empty()) {  // beta_t = beta'_t + Σ_r leak[r] beta'_t[r], per lane
+      Lanes into{};
+      for (int64_t s = 0; s < S; ++s) into += g.leak[s] * LoadLanes(q + s * kLanes);
+      for (int64_t s = 0; s < S; ++s) StoreLanes(q + s * kLanes, LoadLanes(q + s * kLanes) + into);
+      for (int64_t i = 0; i < n; ++i) {
+        if (!(q[i] >= kTiny) && checked[i % kLanes]) here[i] = LogAdd(here[i], std::log(into[i % kLanes]));
+      }
+      LogWhereLarge<kFloat>(q, here, n);
+    }
+    std::swap(beta, here);
+  }
+}
+
 // -- TROPICAL -----------------------------------------------------------------
 
 // The forward pass: the best score; choice [length S] receives each
@@ -807,28 +1279,103 @@ GradOut<T> GradAt(const Sizes& z, int64_t b, ffi::ResultBuffer<D>& emission_grad
           final_grad->typed_data() + b * z.states, n, z.arcs, z.states};
 }
 
+// LOG over a batch: with a shared graph and at least three utterances,
+// `grouped(z, graph, group, reads)` runs on groups of kLanes utterances that
+// read no NaN or +inf (those of similar lengths together; a last group of
+// fewer than three runs one at a time), and `single` (ForUtterances' body)
+// on the others; else `single` on each. reads [B]: what each entry reads.
+template <ffi::DataType D, typename Single, typename Grouped>
+ffi::Error ForLogBatch(ffi::ThreadPool& pool, const Floats<D>& emissions, const Ints& lengths,
+                       const Ints& src, const Ints& dst, const Ints& col, const Floats<D>& weight,
+                       const Floats<D>& final_weight, const Floats<D>& leak, const Single& single,
+                       const Grouped& grouped) {
+  using T = ffi::NativeType<D>;
+  Sizes z;
+  if (auto error = GetSizes(emissions, lengths, src, dst, col, weight, final_weight, leak, &z);
+      error.failure()) {
+    return error;
+  }
+  if (z.graphs != 1 || z.batch < 3) {
+    return ForUtterances<D>(pool, emissions, lengths, src, dst, col, weight, final_weight, leak,
+                            single);
+  }
+  Graph g;
+  BuildGraph<T>(src.typed_data(), dst.typed_data(), col.typed_data(), weight.typed_data(),
+                final_weight.typed_data(), leak.typed_data(), z.arcs, z.states, z.vocab, &g);
+  const T* e = emissions.typed_data();
+  std::vector<int64_t> length(z.batch);
+  std::vector<Reads> reads(z.batch);
+  ForEntries(pool, z.batch, z.frames * static_cast<int64_t>(g.columns.size()), [&](int64_t b) {
+    length[b] = std::clamp<int64_t>(lengths.typed_data()[b], 0, z.frames);
+    reads[b] = ReadsOf(g, e + b * z.frames * z.vocab, z.vocab, length[b]);
+  });
+  std::vector<int64_t> clean, rest;
+  for (int64_t b = 0; b < z.batch; ++b) (reads[b].nan || reads[b].inf ? rest : clean).push_back(b);
+  std::stable_sort(clean.begin(), clean.end(),
+                   [&](int64_t x, int64_t y) { return length[x] > length[y]; });
+  std::vector<Group<T>> groups;
+  for (size_t i = 0; i < clean.size(); i += kLanes) {
+    const size_t n = std::min<size_t>(kLanes, clean.size() - i);
+    if (n < 3) {
+      rest.insert(rest.end(), clean.begin() + i, clean.end());
+      break;
+    }
+    Group<T> group;
+    for (size_t j = 0; j < kLanes; ++j) {
+      const int64_t b = j < n ? clean[i + j] : -1;
+      group.entry[j] = b;
+      group.length[j] = b < 0 ? 0 : length[b];
+      group.e[j] = b < 0 ? nullptr : e + b * z.frames * z.vocab;
+    }
+    groups.push_back(group);
+  }
+  const int64_t items = static_cast<int64_t>(groups.size() + rest.size());
+  ForEntries(pool, items, z.frames * (z.arcs + z.states), [&](int64_t i) {
+    if (i < static_cast<int64_t>(groups.size())) return grouped(z, g, groups[i], reads);
+    const int64_t b = rest[i - groups.size()];
+    single(z, b, g, length[b], e + b * z.frames * z.vocab);
+  });
+  return ffi::Error::Success();
+}
+
 template <ffi::DataType D>
 ffi::Error LogTotal(ffi::ThreadPool pool, Floats<D> emissions, Ints lengths, Ints src, Ints dst,
                     Ints col, Floats<D> weight, Floats<D> final_weight, Floats<D> leak,
                     ffi::ResultBuffer<D> log_z, ffi::ResultBuffer<ffi::S32> large) {
   using T = ffi::NativeType<D>;
-  return ForUtterances<D>(
-      pool, emissions, lengths, src, dst, col, weight, final_weight, leak,
-      [&](const Sizes& z, int64_t b, const Graph& g, int64_t length, const T* e) {
-        const Reads r = ReadsOf(g, e, z.vocab, length);
-        large->typed_data()[b] = r.large;
-        if (r.nan) {
-          log_z->typed_data()[b] = kNaN<T>;
-          return;
-        }
-        const int64_t S = z.states;
-        const int64_t degree = MaxDegree(g);
-        Workspace space(Buffers::Bytes(S, z.vocab, degree) + Workspace::Bytes<double>(2 * S));
-        Buffers buf(S, z.vocab, degree, &space);
-        double* roll = space.Take<double>(2 * S);
-        log_z->typed_data()[b] = static_cast<T>(LogForward<T>(
-            g, e, z.vocab, length, r.inf, nullptr, nullptr, roll, &buf));
-      });
+  auto single = [&](const Sizes& z, int64_t b, const Graph& g, int64_t length, const T* e) {
+    const Reads r = ReadsOf(g, e, z.vocab, length);
+    large->typed_data()[b] = r.large;
+    if (r.nan) {
+      log_z->typed_data()[b] = kNaN<T>;
+      return;
+    }
+    const int64_t S = z.states;
+    const int64_t degree = MaxDegree(g);
+    Workspace space(Buffers::Bytes(S, z.vocab, degree) + Workspace::Bytes<double>(2 * S));
+    Buffers buf(S, z.vocab, degree, &space);
+    double* roll = space.Take<double>(2 * S);
+    log_z->typed_data()[b] =
+        static_cast<T>(LogForward<T>(g, e, z.vocab, length, r.inf, nullptr, nullptr, roll, &buf));
+  };
+  auto grouped = [&](const Sizes& z, const Graph& g, const Group<T>& group,
+                     const std::vector<Reads>& reads) {
+    const int64_t S = z.states;
+    const int64_t degree = MaxDegree(g);
+    Workspace space(LaneBuffers::Bytes(S, z.vocab, degree) + LaneBytes(2 * S * kLanes));
+    LaneBuffers buf(S, z.vocab, degree, &space);
+    double* roll = TakeLanes(&space, 2 * S * kLanes);
+    double out[kLanes];
+    LogForwardLanes<T>(g, group, z.vocab, nullptr, nullptr, roll, &buf, out);
+    for (int64_t j = 0; j < kLanes; ++j) {
+      const int64_t b = group.entry[j];
+      if (b < 0) continue;
+      large->typed_data()[b] = reads[b].large;
+      log_z->typed_data()[b] = static_cast<T>(out[j]);
+    }
+  };
+  return ForLogBatch<D>(pool, emissions, lengths, src, dst, col, weight, final_weight, leak,
+                        single, grouped);
 }
 
 template <ffi::DataType D>
@@ -838,58 +1385,106 @@ ffi::Error LogGrad(ffi::ThreadPool pool, Floats<D> emissions, Ints lengths, Ints
                    ffi::ResultBuffer<D> emission_grad, ffi::ResultBuffer<D> weight_grad,
                    ffi::ResultBuffer<D> final_grad, int64_t weight_grads) {
   using T = ffi::NativeType<D>;
-  return ForUtterances<D>(
-      pool, emissions, lengths, src, dst, col, weight, final_weight, leak,
-      [&](const Sizes& z, int64_t b, const Graph& g, int64_t length, const T* e) {
-        const int64_t S = z.states, V = z.vocab, A = z.arcs;
-        const GradOut<T> out = GradAt<T>(z, b, emission_grad, weight_grad, final_grad);
-        T *ge = out.emission, *gw = out.weight, *gf = out.final_weight;
-        out.Fill(T(0));
-        const Reads r = ReadsOf(g, e, V, length);
-        large->typed_data()[b] = r.large;
-        if (r.nan) {
-          log_z->typed_data()[b] = kNaN<T>;
-          out.Fill(kNaN<T>);
-          return;
+  auto single = [&](const Sizes& z, int64_t b, const Graph& g, int64_t length, const T* e) {
+    const int64_t S = z.states, V = z.vocab, A = z.arcs;
+    const GradOut<T> out = GradAt<T>(z, b, emission_grad, weight_grad, final_grad);
+    T *ge = out.emission, *gw = out.weight, *gf = out.final_weight;
+    out.Fill(T(0));
+    const Reads r = ReadsOf(g, e, V, length);
+    large->typed_data()[b] = r.large;
+    if (r.nan) {
+      log_z->typed_data()[b] = kNaN<T>;
+      out.Fill(kNaN<T>);
+      return;
+    }
+    const bool exact = r.inf;
+    const int64_t degree = MaxDegree(g);
+    const int64_t n = static_cast<int64_t>(g.out_arc.size());
+    Workspace space(Buffers::Bytes(S, V, degree) + Workspace::Bytes<double>((length + 1) * S) +
+                    Workspace::Bytes<double>(length + 1) + Workspace::Bytes<double>(V + A + S) +
+                    2 * Workspace::Bytes<double>(S) + Workspace::Bytes<double>(n));
+    Buffers buf(S, V, degree, &space);
+    double* alpha = space.Take<double>((length + 1) * S);
+    double* offset = space.Take<double>(length + 1);
+    double* sums = space.Take<double>(V + A + S);
+    std::fill(sums, sums + V + A + S, 0.0);
+    const double total = LogForward<T>(g, e, V, length, exact, alpha, offset, nullptr, &buf);
+    log_z->typed_data()[b] = static_cast<T>(total);
+    if (total == kPosInf<double>) {
+      out.Fill(kNaN<T>);
+      return;
+    }
+    if (!(total > kNegInf<double>)) return;  // no path: exactly 0
+    double* row = sums;
+    double* sum_w = sums + V;
+    double* sum_f = sum_w + A;
+    // Without weight_grads the weights' gradient is left at 0 (the
+    // caller does not read it).
+    if (weight_grads) {
+      LogBackward<T, true>(g, e, V, length, exact, alpha, offset, total, ge, row, sum_w, sum_f,
+                           &space, &buf);
+      for (size_t k = 0; k < g.out_arc.size(); ++k) gw[g.out_arc[k]] = static_cast<T>(sum_w[k]);
+    } else {
+      LogBackward<T, false>(g, e, V, length, exact, alpha, offset, total, ge, row, sum_w, sum_f,
+                            &space, &buf);
+    }
+    for (int64_t s = 0; s < S; ++s) gf[s] = static_cast<T>(std::min(sum_f[s], 1.0));
+  };
+  auto grouped = [&](const Sizes& z, const Graph& g, const Group<T>& group,
+                     const std::vector<Reads>& reads) {
+    const int64_t S = z.states, V = z.vocab, length = group.MaxLength();
+    const int64_t degree = MaxDegree(g);
+    const int64_t n = static_cast<int64_t>(g.out_arc.size());
+    T* ge[kLanes];
+    for (int64_t j = 0; j < kLanes; ++j) {
+      const int64_t b = group.entry[j];
+      ge[j] = nullptr;
+      if (b < 0) continue;
+      const GradOut<T> out = GradAt<T>(z, b, emission_grad, weight_grad, final_grad);
+      out.Fill(T(0));
+      ge[j] = out.emission;
+      large->typed_data()[b] = reads[b].large;
+    }
+    const int64_t num_w = weight_grads ? n * kLanes : 0;
+    Workspace space(LaneBuffers::Bytes(S, V, degree) + Workspace::Bytes<T>((length + 1) * S * kLanes) +
+                    Workspace::Bytes<double>((length + 1) * kLanes) + LaneBytes(2 * S * kLanes) +
+                    LaneBytes(S * kLanes) + LaneBytes(num_w) +
+                    LogBackwardLanes<T, true>::Bytes(S));
+    LaneBuffers buf(S, V, degree, &space);
+    T* alpha = space.Take<T>((length + 1) * S * kLanes);
+    double* offset = space.Take<double>((length + 1) * kLanes);
+    double* roll = TakeLanes(&space, 2 * S * kLanes);
+    double* sum_f = TakeLanes(&space, S * kLanes);
+    double* sum_w = TakeLanes(&space, num_w);
+    std::fill(sum_f, sum_f + S * kLanes, 0.0);
+    std::fill(sum_w, sum_w + num_w, 0.0);
+    double totals[kLanes];
+    LogForwardLanes<T>(g, group, V, alpha, offset, roll, &buf, totals);
+    if (weight_grads) {
+      LogBackwardLanes<T, true>::Run(g, group, V, alpha, offset, totals, ge, sum_w, sum_f, &space,
+                                     &buf);
+    } else {
+      LogBackwardLanes<T, false>::Run(g, group, V, alpha, offset, totals, ge, nullptr, sum_f,
+                                      &space, &buf);
+    }
+    for (int64_t j = 0; j < kLanes; ++j) {
+      const int64_t b = group.entry[j];
+      if (b < 0) continue;
+      log_z->typed_data()[b] = static_cast<T>(totals[j]);
+      if (!(totals[j] > kNegInf<double>)) continue;  // no path: exactly 0
+      const GradOut<T> out = GradAt<T>(z, b, emission_grad, weight_grad, final_grad);
+      if (weight_grads) {
+        for (int64_t k = 0; k < n; ++k) {
+          out.weight[g.out_arc[k]] = static_cast<T>(sum_w[k * kLanes + j]);
         }
-        const bool exact = r.inf;
-        const int64_t degree = MaxDegree(g);
-        const int64_t n = static_cast<int64_t>(g.out_arc.size());
-        Workspace space(Buffers::Bytes(S, V, degree) +
-                        Workspace::Bytes<double>((length + 1) * S) +
-                        Workspace::Bytes<double>(length + 1) +
-                        Workspace::Bytes<double>(V + A + S) +
-                        2 * Workspace::Bytes<double>(S) + Workspace::Bytes<double>(n));
-        Buffers buf(S, V, degree, &space);
-        double* alpha = space.Take<double>((length + 1) * S);
-        double* offset = space.Take<double>(length + 1);
-        double* sums = space.Take<double>(V + A + S);
-        std::fill(sums, sums + V + A + S, 0.0);
-        const double total =
-            LogForward<T>(g, e, V, length, exact, alpha, offset, nullptr, &buf);
-        log_z->typed_data()[b] = static_cast<T>(total);
-        if (total == kPosInf<double>) {
-          out.Fill(kNaN<T>);
-          return;
-        }
-        if (!(total > kNegInf<double>)) return;  // no path: exactly 0
-        double* row = sums;
-        double* sum_w = sums + V;
-        double* sum_f = sum_w + A;
-        // Without weight_grads the weights' gradient is left at 0 (the
-        // caller does not read it).
-        if (weight_grads) {
-          LogBackward<T, true>(g, e, V, length, exact, alpha, offset, total, ge, row, sum_w,
-                               sum_f, &space, &buf);
-          for (size_t k = 0; k < g.out_arc.size(); ++k) {
-            gw[g.out_arc[k]] = static_cast<T>(sum_w[k]);
-          }
-        } else {
-          LogBackward<T, false>(g, e, V, length, exact, alpha, offset, total, ge, row, sum_w,
-                                sum_f, &space, &buf);
-        }
-        for (int64_t s = 0; s < S; ++s) gf[s] = static_cast<T>(std::min(sum_f[s], 1.0));
-      });
+      }
+      for (int64_t s = 0; s < S; ++s) {
+        out.final_weight[s] = static_cast<T>(std::min(sum_f[s * kLanes + j], 1.0));
+      }
+    }
+  };
+  return ForLogBatch<D>(pool, emissions, lengths, src, dst, col, weight, final_weight, leak,
+                        single, grouped);
 }
 
 template <ffi::DataType D>

@@ -188,6 +188,19 @@ def test_oracle_initial_probs_on_a_two_state_chain():
     np.testing.assert_allclose(oracle_initial_probs(src, dst, weight, final), [0.01, 0.99])
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_initial_probs_on_the_host_and_traced_agree_with_the_oracle(seed):
+    """A concrete graph's initial probabilities are computed on the host
+    (float64), a traced one's in JAX: both are Kaldi's (the oracle)."""
+    from semiring_jax._src.mmi import leaky
+
+    graph = random_graph(np.random.default_rng(seed), DEN_STATES, DEN_K, "float64")
+    src, dst, _, weight, final = arrays(graph)
+    want = oracle_initial_probs(src, dst, weight, final)
+    np.testing.assert_allclose(leaky.initial_probs(graph), want, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(jax.jit(leaky.initial_probs)(graph), want, rtol=1e-10, atol=1e-14)
+
+
 # -- 1. values against the oracle ----------------------------------------------
 
 

@@ -804,6 +804,90 @@ void LogOrNegInf(const double* in, double* out, int64_t n) {
   for (; i < n; ++i) out[i] = in[i] >= kTiny ? std::log(in[i]) : kNegInf<double>;
 }
 
+// The leaky HMM after a frame, for lanes: kNone; kInto, the forward's
+// p += leak * Σ p; or kFrom, the backward's q += Σ leak q.
+enum class LeakMode { kNone, kInto, kFrom };
+
+// Leak for lanes (forward): v <- log(exp(v) + leak * Σ exp(v)) per lane,
+// p = exp(v) on entry, updated; exact where p is tiny in a checked lane.
+template <bool Float>
+void LeakLanes(const Graph& g, const bool* checked, double* v, double* p) {
+  const int64_t S = g.num_states;
+  Lanes sum{};
+  for (int64_t s = 0; s < S; ++s) sum += LoadLanes(p + s * kLanes);
+  for (int64_t s = 0; s < S; ++s) {
+    StoreLanes(p + s * kLanes, LoadLanes(p + s * kLanes) + g.leak[s] * sum);
+  }
+  for (int64_t i = 0; i < S * kLanes; ++i) {
+    const int64_t j = i % kLanes;
+    if (p[i] < kTiny && checked[j]) {
+      v[i] = LogAdd(v[i], Times(std::log(g.leak[i / kLanes]), std::log(sum[j])));
+    }
+  }
+  LogWhereLarge<Float>(p, v, S * kLanes);
+}
+
+// The backward pass's leak for lanes: q <- q + Σ_r leak[r] q[r] per lane
+// (the same for every state), v = log q; exact where q is tiny in a
+// checked lane.
+template <bool Float>
+void LeakFromLanes(const Graph& g, const bool* checked, double* v, double* q) {
+  const int64_t S = g.num_states, n = S * kLanes;
+  Lanes into{};
+  for (int64_t s = 0; s < S; ++s) into += g.leak[s] * LoadLanes(q + s * kLanes);
+  for (int64_t s = 0; s < S; ++s) StoreLanes(q + s * kLanes, LoadLanes(q + s * kLanes) + into);
+  for (int64_t i = 0; i < n; ++i) {
+    if (!(q[i] >= kTiny) && checked[i % kLanes]) v[i] = LogAdd(v[i], std::log(into[i % kLanes]));
+  }
+  LogWhereLarge<Float>(q, v, n);
+}
+
+// SettleLanes' fast case with a leak: p = acc / largest (exact where acc
+// is tiny), the leak mixed into p, then out = log p; where p is still tiny
+// the leak's share is added to the exact log instead. Two vector passes
+// over the states; scalar work only in blocks that hold a tiny value.
+template <bool Float, typename Exact>
+void SettleLeaking(const Graph& g, LeakMode leak, const bool* checked, const double* acc,
+                   const double* shift, Lanes scale, double* out, double* p, const Exact& exact) {
+  const int64_t S = g.num_states;
+  const bool from = leak == LeakMode::kFrom;
+  Lanes sum{};  // kInto: Σ p; kFrom: Σ leak p
+  for (int64_t s = 0; s < S; ++s) {
+    const Lanes a = LoadLanes(acc + s * kLanes);
+    Lanes v = a * scale;
+    bool all = true;
+    for (int64_t j = 0; j < kLanes; ++j) all &= a[j] >= kTiny;
+    if (!all) {
+      for (int64_t j = 0; j < kLanes; ++j) {
+        if (a[j] >= kTiny) continue;
+        const double x = checked[j] ? exact(s, j) - shift[j] : kNegInf<double>;
+        out[s * kLanes + j] = x;
+        v[j] = ExpOne<Float>(x);
+      }
+    }
+    StoreLanes(p + s * kLanes, v);
+    sum += (from ? g.leak[s] : 1.0) * v;
+  }
+  Lanes log_sum;
+  for (int64_t j = 0; j < kLanes; ++j) log_sum[j] = std::log(sum[j]);
+  for (int64_t s = 0; s < S; ++s) {
+    const Lanes v = LoadLanes(p + s * kLanes) + (from ? sum : g.leak[s] * sum);
+    StoreLanes(p + s * kLanes, v);
+    bool all = true;
+    for (int64_t j = 0; j < kLanes; ++j) all &= v[j] >= kTiny;
+    if (all) continue;
+    for (int64_t j = 0; j < kLanes; ++j) {
+      if (v[j] >= kTiny) continue;
+      const int64_t i = s * kLanes + j;
+      // Exact, or the log of a sum the scale took below kTiny.
+      const double before = acc[i] >= kTiny ? std::log(acc[i]) - shift[j] : out[i];
+      const double added = from ? log_sum[j] : Times(std::log(g.leak[s]), log_sum[j]);
+      out[i] = checked[j] ? LogAdd(before, added) : before;
+    }
+  }
+  LogWhereLarge<Float>(p, out, S * kLanes);
+}
+
 // Settle for lanes: out = log(acc), or exact(state, lane) where acc is tiny
 // in a lane marked `checked` (-inf in the others), normalised per lane by
 // its largest (top [kLanes], -inf for a lane with none); p = exp(out).
@@ -813,10 +897,15 @@ void LogOrNegInf(const double* in, double* out, int64_t n) {
 // below kTiny plus terms that underflowed, so below the largest: the shift
 // stays the maximum. Otherwise (every sum of a checked lane tiny) a slower
 // pass finds the maximum of the logs and exps them.
+//
+// `leak` (LeakMode, Kaldi's leaky HMM after the normalisation): in the fast
+// case it is mixed in linear terms before the logs are taken, so that the
+// frame costs one log per state either way.
+
 template <bool Float, typename Exact>
-void SettleLanes(int64_t S, const bool* checked, const double* acc, Lanes largest, double* out,
-                 double* p, const Exact& exact, double* top) {
-  const int64_t n = S * kLanes;
+void SettleLanes(const Graph& g, LeakMode leak, const bool* checked, const double* acc,
+                 Lanes largest, double* out, double* p, const Exact& exact, double* top) {
+  const int64_t S = g.num_states, n = S * kLanes;
   const auto linear = largest >= kTiny;
   bool fast = true;
   for (int64_t j = 0; j < kLanes; ++j) fast &= linear[j] || !checked[j];
@@ -834,6 +923,8 @@ void SettleLanes(int64_t S, const bool* checked, const double* acc, Lanes larges
     for (int64_t s = 0; s < S; ++s) StoreLanes(out + s * kLanes, LoadLanes(out + s * kLanes) - shift);
     ExpArray<Float>(out, p, n);
     StoreLanes(top, m);
+    if (leak == LeakMode::kInto) LeakLanes<Float>(g, checked, out, p);
+    if (leak == LeakMode::kFrom) LeakFromLanes<Float>(g, checked, out, p);
     return;
   }
   // shift: log(largest) (0 in a lane without, whose values are not used).
@@ -849,6 +940,11 @@ void SettleLanes(int64_t S, const bool* checked, const double* acc, Lanes larges
   for (int64_t j = 0; j < kLanes; ++j) scale2[j] = scale2[j + kLanes] = scale[j];
   const Doubles8 shift8 = LoadD8(shift), scale8 = LoadD8(scale2);
   static_assert(kLanes == 4 && 8 % kLanes == 0);
+  if (leak != LeakMode::kNone) {
+    SettleLeaking<Float>(g, leak, checked, acc, shift, scale, out, p, exact);
+    std::copy(lane_top, lane_top + kLanes, top);
+    return;
+  }
   // n is a multiple of 8 when S is even; the odd state's lanes go last.
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -885,25 +981,6 @@ void SettleLanes(int64_t S, const bool* checked, const double* acc, Lanes larges
     }
   }
   std::copy(lane_top, lane_top + kLanes, top);
-}
-
-// Leak for lanes (forward): v <- log(exp(v) + leak * Σ exp(v)) per lane,
-// p = exp(v) on entry, updated; exact where p is tiny in a checked lane.
-template <bool Float>
-void LeakLanes(const Graph& g, const bool* checked, double* v, double* p) {
-  const int64_t S = g.num_states;
-  Lanes sum{};
-  for (int64_t s = 0; s < S; ++s) sum += LoadLanes(p + s * kLanes);
-  for (int64_t s = 0; s < S; ++s) {
-    StoreLanes(p + s * kLanes, LoadLanes(p + s * kLanes) + g.leak[s] * sum);
-  }
-  for (int64_t i = 0; i < S * kLanes; ++i) {
-    const int64_t j = i % kLanes;
-    if (p[i] < kTiny && checked[j]) {
-      v[i] = LogAdd(v[i], Times(std::log(g.leak[i / kLanes]), std::log(sum[j])));
-    }
-  }
-  LogWhereLarge<Float>(p, v, S * kLanes);
 }
 
 // LogForward for a group: log_z [kLanes] (-inf for a lane without an
@@ -972,7 +1049,8 @@ void LogForwardLanes(const Graph& g, const Group<T>& group, int64_t V, T* alpha,
     for (int64_t j = 0; j < kLanes; ++j) checked[j] = live[j] && t < group.length[j];
     const double* from = row(t);
     double* next = row(t + 1);
-    SettleLanes<kFloat>(S, checked, buf->acc, largest, next, buf->p, [&](int64_t d, int64_t j) {
+    const LeakMode leak = g.leak.empty() ? LeakMode::kNone : LeakMode::kInto;
+    SettleLanes<kFloat>(g, leak, checked, buf->acc, largest, next, buf->p, [&](int64_t d, int64_t j) {
       return ExactGroup(g.in_begin[d], g.in_end[d], g.in_src.data(), g.in_col.data(),
                         g.in_lw.data(), from, buf->le, buf->terms, kLanes, j);
     }, top);
@@ -985,7 +1063,6 @@ void LogForwardLanes(const Graph& g, const Group<T>& group, int64_t V, T* alpha,
       }
     }
     if (offset) std::copy(shift, shift + kLanes, offset + (t + 1) * kLanes);
-    if (!g.leak.empty()) LeakLanes<kFloat>(g, checked, next, buf->p);
     store(t + 1, next);
     finish(t + 1, next);
   }
@@ -1122,21 +1199,14 @@ void LogBackwardLanes<T, kWeights>::Run(const Graph& g, const Group<T>& group, i
     }
     if (t == 0) break;
     // q, read by the loop above, now becomes exp(beta_t).
-    SettleLanes<kFloat>(S, checked, buf->acc, largest, here, q, [&](int64_t s, int64_t j) {
+    // beta_t = beta'_t + Σ_r leak[r] beta'_t[r], per lane
+    const LeakMode leak = g.leak.empty() ? LeakMode::kNone : LeakMode::kFrom;
+    SettleLanes<kFloat>(g, leak, checked, buf->acc, largest, here, q, [&](int64_t s, int64_t j) {
       return ExactGroup(g.out_begin[s], g.out_end[s], g.out_dst.data(), g.out_col.data(),
                         g.out_lw.data(), beta, buf->le, buf->terms, kLanes, j);
     }, top);
     for (int64_t j = 0; j < kLanes; ++j) {
       if (checked[j] && top[j] > kNegInf<double>) beta_shift[j] += g.max_weight + em[j] + top[j];
-    }
-    if (!g.leak.empty()) {  // beta_t = beta'_t + Σ_r leak[r] beta'_t[r], per lane
-      Lanes into{};
-      for (int64_t s = 0; s < S; ++s) into += g.leak[s] * LoadLanes(q + s * kLanes);
-      for (int64_t s = 0; s < S; ++s) StoreLanes(q + s * kLanes, LoadLanes(q + s * kLanes) + into);
-      for (int64_t i = 0; i < n; ++i) {
-        if (!(q[i] >= kTiny) && checked[i % kLanes]) here[i] = LogAdd(here[i], std::log(into[i % kLanes]));
-      }
-      LogWhereLarge<kFloat>(q, here, n);
     }
     std::swap(beta, here);
   }

@@ -77,7 +77,7 @@ def _initial_probs_on_host(graph: Fsa) -> np.ndarray:
         visited += cur
         nxt = np.bincount(dst, cur[src] * flow, minlength=num_states)
         mass = nxt.sum()
-        cur = nxt / mass if mass > 0 else nxt
+        cur = (nxt / mass if mass > 0 else nxt).astype(np.float64)
     return visited / _ITERATIONS
 
 

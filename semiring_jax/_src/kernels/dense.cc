@@ -791,17 +791,8 @@ void FrameLanes(const Graph& g, const Group<T>& group, int64_t t, int64_t V, int
 // out[i] = log(in[i]) where in[i] >= kTiny, -inf elsewhere, for i < n.
 template <bool Float>
 void LogOrNegInf(const double* in, double* out, int64_t n) {
-  int64_t i = 0;
-  if constexpr (Float) {
-    for (; i + 8 <= n; i += 8) {
-      const Doubles8 a = LoadD8(in + i);
-      const auto ok = a >= kTiny;
-      Doubles8 v = LogD8(ok ? a : SplatD(1.0));
-      v = ok ? v : SplatD(kNegInf<double>);
-      std::memcpy(out + i, &v, sizeof(v));
-    }
-  }
-  for (; i < n; ++i) out[i] = in[i] >= kTiny ? std::log(in[i]) : kNegInf<double>;
+  std::fill(out, out + n, kNegInf<double>);
+  LogWhereLarge<Float>(in, out, n);
 }
 
 // The leaky HMM after a frame, for lanes: kNone; kInto, the forward's
@@ -930,9 +921,10 @@ void SettleLanes(const Graph& g, LeakMode leak, const bool* checked, const doubl
   // shift: log(largest) (0 in a lane without, whose values are not used).
   double shift[2 * kLanes], lane_top[kLanes];
   for (int64_t j = 0; j < kLanes; ++j) {
-    double pad[8] = {linear[j] ? largest[j] : 1.0, 1, 1, 1, 1, 1, 1, 1};
-    shift[j] = shift[j + kLanes] = LogD8(LoadD8(pad))[0];
-    if constexpr (!Float) shift[j] = shift[j + kLanes] = std::log(pad[0]);
+    const double x = linear[j] ? largest[j] : 1.0;
+    shift[j] = 0.0;
+    LogWhereLarge<Float>(&x, shift + j, 1);  // the log the states' sums get
+    shift[j + kLanes] = shift[j];
     lane_top[j] = linear[j] ? shift[j] : kNegInf<double>;
   }
   const Lanes scale = linear ? 1.0 / largest : Lanes{};

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from semiring_jax._src.core import checks
 from semiring_jax._src.core.fsa import Fsa
@@ -35,11 +34,18 @@ def initial_probs(graph: Fsa) -> jax.Array:
     """Kaldi's initial probabilities [S] of an unbatched graph (float, sums
     to 1; no gradient): see the module docstring. A concrete graph (a
     constant of the traced function, as a denominator graph usually is) is
-    computed on the host, once per trace, in float64; a traced one in JAX
-    at every call (100 segment sums over the arcs)."""
+    computed once, as the function is traced; a traced one at every call
+    (100 segment sums over the arcs)."""
     arrays = (graph.src, graph.dst, graph.weight, graph.final_weight)
     if not any(checks.is_traced(x) for x in (*arrays, graph.arc_mask, graph.final_mask)):
-        return jnp.asarray(_initial_probs_on_host(graph), graph.weight.dtype)
+        with jax.ensure_compile_time_eval():
+            return _flow(graph)
+    return _flow(graph)
+
+
+def _flow(graph: Fsa) -> jax.Array:
+    """`initial_probs`: the flow's 100 steps (traced or, under
+    `ensure_compile_time_eval`, run at once)."""
     num_states = graph.num_states
     arc_prob = jnp.where(graph.arc_mask, jnp.exp(graph.weight), 0.0)
     final_prob = jnp.where(graph.final_mask, jnp.exp(graph.final_weight), 0.0)
@@ -56,29 +62,6 @@ def initial_probs(graph: Fsa) -> jax.Array:
     start = jnp.zeros(num_states, arc_prob.dtype).at[0].set(1.0)
     _, visited = jax.lax.scan(step, start, None, length=_ITERATIONS)
     return jax.lax.stop_gradient(jnp.mean(visited, axis=0))
-
-
-def _initial_probs_on_host(graph: Fsa) -> np.ndarray:
-    """`initial_probs` of a concrete graph, in numpy float64."""
-    real = np.asarray(graph.arc_mask, bool)
-    src = np.where(real, np.asarray(graph.src, np.int64), 0)  # padding: weight 0 at state 0
-    dst = np.where(real, np.asarray(graph.dst, np.int64), 0)
-    num_states = graph.num_states
-    arc_prob = np.where(real, np.exp(np.asarray(graph.weight, np.float64)), 0.0)
-    final = np.asarray(graph.final_weight, np.float64)
-    final_prob = np.where(np.asarray(graph.final_mask), np.exp(final), 0.0)
-    total = np.bincount(src, arc_prob, minlength=num_states) + final_prob
-    norm = np.divide(1.0, total, out=np.zeros(num_states), where=total > 0)
-    flow = norm[src] * arc_prob
-    cur = np.zeros(num_states)
-    cur[0] = 1.0
-    visited = np.zeros(num_states)
-    for _ in range(_ITERATIONS):
-        visited += cur
-        nxt = np.bincount(dst, cur[src] * flow, minlength=num_states)
-        mass = nxt.sum()
-        cur = (nxt / mass if mass > 0 else nxt).astype(np.float64)
-    return visited / _ITERATIONS
 
 
 def _log_sum(x: jax.Array) -> jax.Array:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -50,7 +51,33 @@ def _best_path_one(fsa: Fsa) -> Fsa:
     # real arcs into the first slots.
     length = jnp.sum(arcs < fsa.num_arcs)
     order = (length - 1 - jnp.arange(steps - 1)) % max(steps, 1)
-    arcs = arcs[order]
+    return path_as_chain(fsa, arcs[order], length, final_state, found, final_weight)
+
+
+def path_as_chain(
+    fsa: Fsa,
+    arcs: jax.Array,
+    length: jax.Array,
+    final_state: jax.Array,
+    found: jax.Array,
+    final_weight: jax.Array,
+) -> Fsa:
+    """One path of an unbatched `fsa` as a linear Fsa of N states (traced).
+
+    Args:
+      fsa: the Fsa the path runs through; N = its schedule's steps.
+      arcs: int [N - 1], the path's arc indices in order in the first
+        `length` slots (the rest are ignored).
+      length: int [], the number of arcs.
+      final_state: int [], the state the path stops in.
+      found: bool [], False for no path (then nothing is real or final).
+      final_weight: float [S], `fsa`'s final weights (-inf where not final).
+    Returns:
+      The chain: arc slots past `length` are padding (weight -inf), only
+      state `length` is final (none when not `found`), and every weight is a
+      differentiable gather of `fsa`'s.
+    """
+    steps, _ = fsa.schedule.pos_state.shape
     arc_mask = jnp.arange(steps - 1) < length
     arcs = jnp.where(arc_mask, arcs, 0)
     chain = _chain(steps, fsa.is_acceptor)

@@ -20,6 +20,7 @@ from semiring_jax._src.core.host import levels
 from semiring_jax._src.dense.dense import check_emissions, check_graph, check_lengths
 from semiring_jax._src.dense.host import lattice_structure
 from semiring_jax._src.structural.arc_map import parts_of, placeholder
+from semiring_jax._src.structural.host.structure import Parts
 
 __all__ = ["intersect_dense"]
 
@@ -102,6 +103,19 @@ def _one_lattice(graph: Fsa, emissions: jax.Array, length: int) -> tuple[Fsa, le
     found = lattice_structure.lattice_structure(
         parts.num_states, parts.src, parts.dst, parts.is_final, length
     )
+    return lattice_fsa(graph, parts, emissions, found, length)
+
+
+def lattice_fsa(
+    graph: Fsa,
+    parts: Parts,
+    emissions: jax.Array,
+    found: lattice_structure.LatticeStructure,
+    length: int,
+) -> tuple[Fsa, levels.PathLengths]:
+    """The lattice Fsa of a structure over `graph`'s real arcs (`parts`),
+    its weights JAX gathers of the graph's and of `emissions` [T, V] (not
+    built, for `stack_entries`), and its longest paths."""
     arcs = np.flatnonzero(np.asarray(graph.arc_mask))[found.arc]
     labels = parts.ilabel[found.arc]
     weight = graph.weight[arcs] + emissions[found.frame, labels]

@@ -6,6 +6,11 @@ The public API (see API.md); everything else lives in `semiring_jax._src`.
 from semiring_jax._src.core.batch import stack, unstack
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.semiring import LOG, TROPICAL, Semiring, semiring
+from semiring_jax._src.decoding.edit_distance import edit_distance
+from semiring_jax._src.decoding.mwer import mwer_loss
+from semiring_jax._src.decoding.nbest import nbest
+from semiring_jax._src.decoding.pruned import intersect_dense_pruned
+from semiring_jax._src.decoding.sampling import sample_paths
 from semiring_jax._src.dense.ctc import ctc_graph, ctc_loss, ctc_topo, forced_align
 from semiring_jax._src.dense.dense import dense_tot_score, viterbi_decode
 from semiring_jax._src.dense.lattice import intersect_dense
@@ -67,15 +72,19 @@ __all__ = [
     "dense_occupancy",
     "dense_tot_score",
     "determinize",
+    "edit_distance",
     "forced_align",
     "forward_scores",
     "hmm_topo",
     "intersect",
     "intersect_dense",
+    "intersect_dense_pruned",
     "invert",
     "linear_fsa",
     "load",
     "mmi_loss",
+    "mwer_loss",
+    "nbest",
     "ngram_fsa",
     "numerator_graphs",
     "plot_alignment",
@@ -91,6 +100,7 @@ __all__ = [
     "rnnt_loss_smoothed",
     "rnnt_prune",
     "rnnt_prune_ranges",
+    "sample_paths",
     "save",
     "semiring",
     "stack",

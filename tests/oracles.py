@@ -509,3 +509,49 @@ def numpy_rnnt(logits, labels, blank=0):
     for u, label in enumerate(labels):
         grad[:, u, label] -= emit_post[:, u]
     return -log_likelihood, grad
+
+
+def levenshtein(a, b):
+    """Returns the edit distance of sequences ``a`` and ``b`` (unit insert,
+    delete and substitute costs) by the textbook full-table dynamic program."""
+    table = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
+    for i in range(len(a) + 1):
+        for j in range(len(b) + 1):
+            if i == 0 or j == 0:
+                table[i][j] = i + j
+            else:
+                table[i][j] = min(
+                    table[i - 1][j] + 1,
+                    table[i][j - 1] + 1,
+                    table[i - 1][j - 1] + (a[i - 1] != b[j - 1]),
+                )
+    return table[len(a)][len(b)]
+
+
+def openfst_nbest(num_states, arcs, final, n, unique=False):
+    """Returns OpenFst's ``n`` shortest paths as ``[(score, output_string)]``,
+    best first (ties in string order), by ``pynini.shortestpath(nshortest=n,
+    unique=unique)`` on the tropical ("standard", float32) FST.
+
+    An output string is the path's output labels with 0 (epsilon) dropped.
+    With ``unique``, the FST is projected onto its output labels and its
+    epsilons removed first (determinization, which ``unique`` runs, treats
+    epsilon as a symbol), so the strings are distinct output strings, each
+    with its best score. Arcs and final weights of score -inf are left out
+    first (determinization fails on infinite costs), and so are paths of
+    score -inf.
+    """
+    arcs = [arc for arc in arcs if arc[4] > -math.inf]
+    final = {state: weight for state, weight in final.items() if weight > -math.inf}
+    fst = to_pynini(num_states, arcs, final, "tropical")
+    if unique:
+        fst = fst.project("output").rmepsilon()
+    result = pynini.shortestpath(fst, nshortest=n, unique=unique)
+    found = []
+    paths = result.paths()
+    while not paths.done():
+        score = 0.0 - float(paths.weight())
+        if score > -math.inf:
+            found.append((score, tuple(label for label in paths.olabels() if label != 0)))
+        paths.next()
+    return sorted(found, key=lambda path: (-path[0], path[1]))

@@ -8,7 +8,18 @@ import pytest
 import semiring_jax
 
 SRC = pathlib.Path(semiring_jax.__file__).parent / "_src"
-PACKAGES = ["core", "scores", "dense", "transducer", "mmi", "structural", "io", "kernels", "cli"]
+PACKAGES = [
+    "core",
+    "scores",
+    "dense",
+    "transducer",
+    "mmi",
+    "decoding",
+    "structural",
+    "io",
+    "kernels",
+    "cli",
+]
 
 
 def _module_name(path):

@@ -59,11 +59,13 @@ ALGORITHMS = {
 MMI = {"mmi_loss", "ngram_fsa", "read_arpa", "hmm_topo", "denominator_graph", "numerator_graphs"}
 # Issue 5 (ecosystem): symbol tables, files and pictures, beyond API.md.
 ECOSYSTEM = {"SymbolTable", "save", "load", "dense_occupancy", "plot_alignment"}
+# Decoding: paths out of lattices and their errors.
+DECODING = {"intersect_dense_pruned", "nbest", "sample_paths", "edit_distance", "mwer_loss"}
 
 
 def test_all_is_the_built_part_of_the_api():
     exported = set(sj.__all__)
-    assert exported == CORE | DENSE | TRANSDUCER | MMI | ALGORITHMS | ECOSYSTEM
+    assert exported == CORE | DENSE | TRANSDUCER | MMI | ALGORITHMS | ECOSYSTEM | DECODING
 
 
 def test_every_public_name_has_an_example():

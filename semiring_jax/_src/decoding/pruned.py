@@ -1,0 +1,216 @@
+"""`intersect_dense_pruned`: a beam search, then the lattice it leaves.
+
+The search (`decoding/beam_search.py`) is traced and compiled: static
+shapes, K state slots per frame, work per frame bounded by the active
+states' arcs. Its record of the active states per frame comes to the host,
+where `decoding/host/pruned_lattice.py` keeps the arcs between them within
+the output beam; the lattice's weights are then JAX gathers of the graph's
+weights and the emissions (`dense/lattice.py`), as in `intersect_dense`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from semiring_jax._src.core import checks
+from semiring_jax._src.core.batch import stack_entries
+from semiring_jax._src.core.fsa import Fsa
+from semiring_jax._src.decoding import beam_search
+from semiring_jax._src.decoding.host import pruned_lattice
+from semiring_jax._src.dense.dense import check_emissions, check_graph, check_lengths
+from semiring_jax._src.dense.lattice import lattice_fsa
+from semiring_jax._src.structural.arc_map import parts_of
+
+__all__ = ["intersect_dense_pruned"]
+
+_FN = "intersect_dense_pruned"
+
+
+def _check_beams(search_beam: float, output_beam: float, min_active: Any, max_active: Any) -> None:
+    for name, beam in (("search_beam", search_beam), ("output_beam", output_beam)):
+        if not beam >= 0:  # NaN fails too
+            raise ValueError(f"{_FN}: {name} must be >= 0 (inf: no beam), got {beam}")
+    checks.check_int(max_active, "max_active", _FN, 1)
+    checks.check_int(min_active, "min_active", _FN, 0)
+
+
+def _values(array: Any) -> np.ndarray:
+    """Concrete values for the host's beam (under `jax.grad` outside jit
+    too, where stop_gradient gives them)."""
+    value = jax.lax.stop_gradient(array)
+    if checks.is_traced(value):
+        raise ValueError(
+            f"{_FN}: the lattice's structure is built on the host: call it outside jax.jit"
+        )
+    return np.asarray(value, np.float64)
+
+
+def intersect_dense_pruned(
+    graph: Fsa,
+    emissions: Any,
+    lengths: Any = None,
+    *,
+    search_beam: float = 20.0,
+    output_beam: float = 8.0,
+    min_active: int = 30,
+    max_active: int = 10_000,
+    max_arcs: int | None = None,
+) -> Fsa:
+    """The pruned lattice of a large graph against per-frame scores.
+
+    A frame-synchronous beam search (k2's `intersect_dense_pruned`): after
+    each frame it keeps the `max_active` best states (best: the Viterbi
+    score of the best partial path into the state), those within
+    `search_beam` of the frame's best, but at least the `min_active` best.
+    The lattice then holds the graph arcs between states kept at
+    consecutive frames that lie on a path of `lengths[b]` frames from the
+    start to a final state, and whose best such path is within
+    `output_beam` of the best path. Its layout, states and weights are
+    those of `intersect_dense` (state (t, s) after t frames, numbered in
+    frame order; arc weight = graph weight + emission), so with infinite
+    beams and `max_active` >= S it is `intersect_dense`'s lattice, and its
+    weights are differentiable in `emissions` and the graph's weights (the
+    choice of states and arcs is a constant).
+
+    The search runs compiled, with static shapes: K = min(max_active, S)
+    slots per frame, at most E arcs expanded per frame (E: the sum of the K
+    largest out-degrees), O(E log E) work per frame. Ties between states
+    at the max_active cut are broken by `jax.lax.top_k` (lower slot
+    first). A NaN score is kept by the search and not cut by the output
+    beam, so a NaN emission on a searched arc reaches the lattice's
+    weights: a concrete one raises the `ValueError` that `intersect_dense`
+    raises (naming the lattice arc), a traced one (under `jax.grad`) gives
+    a NaN lattice. An utterance whose search keeps no path to a final state gets
+    a one-state lattice with no arcs and no final state.
+
+    Args:
+      graph: an Fsa shared by the batch, or a batched Fsa with B entries;
+        every arc consumes a frame (no epsilons), cycles allowed; its
+        structure must be concrete.
+      emissions: float [B, T, V].
+      lengths: int [B] in [0, T], concrete; T by default.
+      search_beam, output_beam: floats >= 0; inf for no beam.
+      min_active, max_active: ints >= 0 and >= 1; a min_active above
+        max_active counts as max_active.
+      max_arcs: None (E as above: exact for the slots kept) or an int >= 1,
+        a cap on the arcs expanded per frame; the slots are in score
+        order, so a cap drops the worst active states' arcs first. For
+        graphs where a few states have most arcs (a language model's
+        history states), E can be far above the arcs actually active.
+    Returns:
+      A batched acyclic Fsa with B entries (padded as by `sj.stack`).
+    Raises:
+      ValueError: as `intersect_dense`, for a beam < 0 or NaN, a
+        negative min_active or max_active < 1, or when called under `jax.jit`.
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> import semiring_jax as sj
+      >>> graph = sj.Fsa.from_arcs([(0, 0, 0, 0.0), (0, 1, 1, 0.0), (1, 1, 1, 0.0)],
+      ...                          final=[1])
+      >>> emissions = jnp.log(jnp.array([[[0.9, 0.1], [0.25, 0.75]]], jnp.float32))
+      >>> # Labels 0 1 (0.675) and 1 1 (0.075): the second is 2.2 below, cut.
+      >>> lattice = sj.intersect_dense_pruned(graph, emissions, output_beam=1.0)
+      >>> lattice.num_states, lattice.num_arcs  # (0, 0) -> (1, 0) -> (2, 1)
+      (3, 2)
+      >>> print(jnp.round(jnp.exp(sj.tot_score(lattice)), 4))
+      [0.675]
+    """
+    emissions = check_emissions(emissions, _FN)
+    batch, num_frames, num_columns = emissions.shape
+    if lengths is None:
+        lengths = np.full(batch, num_frames)
+    lengths = checks.concrete(lengths, "lengths", _FN)
+    check_lengths(lengths, batch, num_frames, _FN, "lengths", "T")
+    check_graph(graph, batch, num_columns, emissions.dtype, _FN)
+    _check_beams(search_beam, output_beam, min_active, max_active)
+    if max_arcs is not None:
+        checks.check_int(max_arcs, "max_arcs", _FN, 1)
+    values = _values(emissions)
+    entries = [graph if not graph.batch_shape else _entry(graph, b) for b in range(batch)]
+    shared = not graph.batch_shape
+    actives = (
+        _search(entries[0], emissions, lengths, search_beam, min_active, max_active, max_arcs)
+        if shared
+        else None
+    )
+    found = []
+    for b, entry in enumerate(entries):
+        if actives is None:
+            rows = _search(
+                entry,
+                emissions[b : b + 1],
+                lengths[b : b + 1],
+                search_beam,
+                min_active,
+                max_active,
+                max_arcs,
+            )[0]
+        else:
+            rows = actives[b]
+        found.append(_lattice(entry, emissions[b], values[b], rows, int(lengths[b]), output_beam))
+    return stack_entries([fsa for fsa, _ in found], lengths=[known for _, known in found])
+
+
+def _entry(graph: Fsa, b: int) -> Fsa:
+    return jax.tree_util.tree_map(lambda x: x[b], graph)
+
+
+def _search(
+    graph: Fsa,
+    emissions: jax.Array,
+    lengths: np.ndarray,
+    search_beam: float,
+    min_active: int,
+    max_active: int,
+    max_arcs: int | None,
+) -> np.ndarray:
+    """The active states int32 [B, T + 1, K] of one graph's utterances."""
+    parts = parts_of(graph, _FN)
+    real = np.flatnonzero(checks.concrete(graph.arc_mask, "arc_mask", _FN))
+    slots = min(max_active, graph.num_states)
+    search = beam_search.search_graph(
+        graph.num_states, parts.src, parts.dst, parts.ilabel, real, slots, max_arcs
+    )
+    weight = jax.lax.stop_gradient(graph.weight)[jnp.asarray(search.arc, jnp.int32)]
+    weight = jnp.append(weight, jnp.asarray(-jnp.inf, weight.dtype))
+    rows = beam_search.beam_search(
+        jnp.asarray(search.out_start),
+        jnp.asarray(search.dst),
+        jnp.asarray(search.label),
+        weight,
+        jax.lax.stop_gradient(emissions),
+        jnp.asarray(lengths, jnp.int32),
+        jnp.asarray(search_beam, emissions.dtype),
+        expand=search.expand,
+        slots=slots,
+        min_active=min(min_active, slots),
+    )
+    return np.asarray(rows)
+
+
+def _lattice(
+    graph: Fsa,
+    emissions: jax.Array,
+    values: np.ndarray,
+    rows: np.ndarray,
+    length: int,
+    output_beam: float,
+) -> tuple[Fsa, Any]:
+    parts = parts_of(graph, _FN)
+    active = [np.unique(row[row >= 0]) for row in rows[: length + 1]]
+    real = checks.concrete(graph.arc_mask, "arc_mask", _FN).astype(bool)
+    found = pruned_lattice.pruned_lattice(
+        parts.src,
+        parts.dst,
+        parts.ilabel,
+        _values(graph.weight)[real],
+        np.where(parts.is_final, _values(graph.final_weight), -np.inf),
+        values,
+        active,
+        float(output_beam),
+    )
+    return lattice_fsa(graph, parts, emissions, found, length)

@@ -22,6 +22,7 @@ many utterances each search's best path agrees with the exact one on.
 Run:
     .venv/bin/python benchmarks/bench_decoding.py            # W = 1,000 (~10^6 arcs)
     .venv/bin/python benchmarks/bench_decoding.py --words 200  # a quick look
+    .venv/bin/python benchmarks/bench_decoding.py --max-arcs 50000  # E capped
 """
 
 from __future__ import annotations
@@ -128,6 +129,9 @@ def kaldi_decode(fst, emissions, lengths):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--words", type=int, default=1000)
+    parser.add_argument(
+        "--max-arcs", type=int, default=None, help="intersect_dense_pruned's cap on arcs per frame"
+    )
     args = parser.parse_args()
     rng = np.random.default_rng(SEED)
     arcs, finals, prons, bigram, num_states = hlg_graph(rng, args.words)
@@ -142,7 +146,13 @@ def main() -> None:
 
     def pruned():
         return sj.intersect_dense_pruned(
-            graph, e, lengths, search_beam=20.0, output_beam=8.0, max_active=7000
+            graph,
+            e,
+            lengths,
+            search_beam=20.0,
+            output_beam=8.0,
+            max_active=7000,
+            max_arcs=args.max_arcs,
         )
 
     def exact():

@@ -55,7 +55,7 @@ def _distinct_strings(drawn):
     return sorted(scores.values(), reverse=True)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(
     drawn=strategies.acyclic_fsas(transducer=True),
     ref=st.lists(st.integers(1, 3), max_size=4),

@@ -96,7 +96,7 @@ def untied(scores, j, tol):
     return all(abs(scores[j] - other) > tol for i, other in enumerate(scores) if i != j)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(
     data=acyclic_fsas(transducer=True, weights=INTEGER_WEIGHTS),
     n=NUM_PATHS,
@@ -113,7 +113,7 @@ def test_nbest_follows_the_tie_rule_exactly(data, n, unique):
     assert [g[0] for g in got] == [score for score, _ in expected]
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(data=acyclic_fsas(transducer=True), n=NUM_PATHS, unique=st.booleans())
 def test_nbest_matches_brute_force(data, n, unique):
     got = found_paths(sj.nbest(build_padded(data), n, unique=unique))
@@ -129,7 +129,7 @@ def test_nbest_matches_brute_force(data, n, unique):
         assert len(set(strings)) == len(strings)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(data=acyclic_fsas(transducer=True), n=NUM_PATHS, unique=st.booleans())
 def test_nbest_matches_openfst(data, n, unique):
     got = found_paths(sj.nbest(build_padded(data, "float32"), n, unique=unique))

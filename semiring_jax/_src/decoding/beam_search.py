@@ -105,13 +105,16 @@ def _step(
     candidate = jnp.where(keep_edge, candidate, -jnp.inf)
     best, picked = jax.lax.top_k(candidate, min(slots, graph.expand))  # best first
     rank = jnp.arange(best.shape[0], dtype=jnp.int32)
-    keep = (best > -jnp.inf) & ((best >= best[0] - search_beam) | (rank < min_active))
+    # The barrier: a slice of top_k's output read in the fusion below makes
+    # XLA's CPU backend redo work per element (7x slower per frame).
+    frame_best = jax.lax.optimization_barrier(best)[0]
+    keep = (best > -jnp.inf) & ((best >= frame_best - search_beam) | (rank < min_active))
     # NaN scores: kept (a NaN compares false everywhere else), so they stay visible.
     keep |= jnp.isnan(best)
-    new_states = jnp.full(slots, -1, jnp.int32).at[rank].set(jnp.where(keep, target[picked], -1))
-    new_scores = (
-        jnp.full(slots, -jnp.inf, scores.dtype).at[rank].set(jnp.where(keep, best, -jnp.inf))
-    )
+    # Fewer candidates than slots (E < K): the rest stay empty.
+    missing = slots - best.shape[0]
+    new_states = jnp.pad(jnp.where(keep, target[picked], -1), (0, missing), constant_values=-1)
+    new_scores = jnp.pad(jnp.where(keep, best, -jnp.inf), (0, missing), constant_values=-jnp.inf)
     return new_states, new_scores
 
 

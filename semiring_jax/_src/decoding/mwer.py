@@ -15,13 +15,13 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from semiring_jax._src.core import checks
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.decoding.edit_distance import edit_distance
 from semiring_jax._src.decoding.nbest import nbest
 from semiring_jax._src.decoding.sampling import sample_paths
+from semiring_jax._src.dense.dense import check_lengths
 from semiring_jax._src.scores.tot_score import tot_score
 
 __all__ = ["mwer_loss"]
@@ -141,20 +141,7 @@ def mwer_loss(
         raise ValueError(f"{fn}: ref must have shape [B, M] with B = {batch}, got {ref.shape}")
     if not jnp.issubdtype(ref.dtype, jnp.integer):
         raise ValueError(f"{fn}: ref must hold integers, got {ref.dtype}")
-    ref_lengths = jnp.asarray(ref_lengths)
-    if ref_lengths.shape != (batch,) or not jnp.issubdtype(ref_lengths.dtype, jnp.integer):
-        raise ValueError(
-            f"{fn}: ref_lengths must be int [B] = ({batch},), got "
-            f"{ref_lengths.dtype} {ref_lengths.shape}"
-        )
-    if not checks.is_traced(ref_lengths):
-        values = np.asarray(ref_lengths)
-        bad = np.flatnonzero((values < 0) | (values > ref.shape[1]))
-        if bad.size:
-            b = int(bad[0])
-            raise ValueError(
-                f"{fn}: ref_lengths[{b}] = {values[b]} is outside [0, M] = [0, {ref.shape[1]}]"
-            )
+    ref_lengths = check_lengths(ref_lengths, batch, ref.shape[1], fn, "ref_lengths", "M")
     n = checks.check_int(n, "n", fn, 1)
     temperature = float(temperature)
     if not temperature > 0:
@@ -164,6 +151,6 @@ def mwer_loss(
     return _loss(
         paths,
         ref.astype(jnp.int32),
-        ref_lengths.astype(jnp.int32),
+        ref_lengths,
         jnp.asarray(temperature, dtype),
     )

@@ -10,7 +10,7 @@ weights and the emissions (`dense/lattice.py`), as in `intersect_dense`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -22,8 +22,9 @@ from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.decoding import beam_search
 from semiring_jax._src.decoding.host import pruned_lattice
 from semiring_jax._src.dense.dense import check_emissions, check_graph, check_lengths
-from semiring_jax._src.dense.lattice import lattice_fsa
+from semiring_jax._src.dense.lattice import graph_entry, lattice_fsa
 from semiring_jax._src.structural.arc_map import parts_of
+from semiring_jax._src.structural.host.structure import Parts
 
 __all__ = ["intersect_dense_pruned"]
 
@@ -130,18 +131,19 @@ def intersect_dense_pruned(
     if max_arcs is not None:
         checks.check_int(max_arcs, "max_arcs", _FN, 1)
     values = _values(emissions)
-    entries = [graph if not graph.batch_shape else _entry(graph, b) for b in range(batch)]
-    shared = not graph.batch_shape
-    actives = (
-        _search(entries[0], emissions, lengths, search_beam, min_active, max_active, max_arcs)
-        if shared
-        else None
-    )
+    graphs = [
+        _HostGraph.of(graph_entry(graph, b)) for b in range(batch if graph.batch_shape else 1)
+    ]
+    if not graph.batch_shape:
+        actives = _search(
+            graphs[0], emissions, lengths, search_beam, min_active, max_active, max_arcs
+        )
     found = []
-    for b, entry in enumerate(entries):
-        if actives is None:
+    for b in range(batch):
+        host = graphs[b] if graph.batch_shape else graphs[0]
+        if graph.batch_shape:
             rows = _search(
-                entry,
+                host,
                 emissions[b : b + 1],
                 lengths[b : b + 1],
                 search_beam,
@@ -151,16 +153,30 @@ def intersect_dense_pruned(
             )[0]
         else:
             rows = actives[b]
-        found.append(_lattice(entry, emissions[b], values[b], rows, int(lengths[b]), output_beam))
+        found.append(_lattice(host, emissions[b], values[b], rows, int(lengths[b]), output_beam))
     return stack_entries([fsa for fsa, _ in found], lengths=[known for _, known in found])
 
 
-def _entry(graph: Fsa, b: int) -> Fsa:
-    return jax.tree_util.tree_map(lambda x: x[b], graph)
+class _HostGraph(NamedTuple):
+    """One graph entry's concrete structure and weight values, read once for
+    the search and every utterance's lattice."""
+
+    fsa: Fsa
+    parts: Parts
+    real: np.ndarray  # int [A'], the real arcs' indices
+    weight: np.ndarray  # float64 [A'], their weights' values
+    final_weight: np.ndarray  # float64 [S], -inf where not final
+
+    @classmethod
+    def of(cls, fsa: Fsa) -> _HostGraph:
+        parts = parts_of(fsa, _FN)
+        real = np.flatnonzero(checks.concrete(fsa.arc_mask, "arc_mask", _FN))
+        final = np.where(parts.is_final, _values(fsa.final_weight), -np.inf)
+        return cls(fsa, parts, real, _values(fsa.weight)[real], final)
 
 
 def _search(
-    graph: Fsa,
+    graph: _HostGraph,
     emissions: jax.Array,
     lengths: np.ndarray,
     search_beam: float,
@@ -169,13 +185,12 @@ def _search(
     max_arcs: int | None,
 ) -> np.ndarray:
     """The active states int32 [B, T + 1, K] of one graph's utterances."""
-    parts = parts_of(graph, _FN)
-    real = np.flatnonzero(checks.concrete(graph.arc_mask, "arc_mask", _FN))
-    slots = min(max_active, graph.num_states)
+    fsa, parts = graph.fsa, graph.parts
+    slots = min(max_active, fsa.num_states)
     search = beam_search.search_graph(
-        graph.num_states, parts.src, parts.dst, parts.ilabel, real, slots, max_arcs
+        fsa.num_states, parts.src, parts.dst, parts.ilabel, graph.real, slots, max_arcs
     )
-    weight = jax.lax.stop_gradient(graph.weight)[jnp.asarray(search.arc, jnp.int32)]
+    weight = jax.lax.stop_gradient(fsa.weight)[jnp.asarray(search.arc, jnp.int32)]
     weight = jnp.append(weight, jnp.asarray(-jnp.inf, weight.dtype))
     rows = beam_search.beam_search(
         jnp.asarray(search.out_start),
@@ -193,24 +208,23 @@ def _search(
 
 
 def _lattice(
-    graph: Fsa,
+    graph: _HostGraph,
     emissions: jax.Array,
     values: np.ndarray,
     rows: np.ndarray,
     length: int,
     output_beam: float,
 ) -> tuple[Fsa, Any]:
-    parts = parts_of(graph, _FN)
     active = [np.unique(row[row >= 0]) for row in rows[: length + 1]]
-    real = checks.concrete(graph.arc_mask, "arc_mask", _FN).astype(bool)
+    parts = graph.parts
     found = pruned_lattice.pruned_lattice(
         parts.src,
         parts.dst,
         parts.ilabel,
-        _values(graph.weight)[real],
-        np.where(parts.is_final, _values(graph.final_weight), -np.inf),
+        graph.weight,
+        graph.final_weight,
         values,
         active,
         float(output_beam),
     )
-    return lattice_fsa(graph, parts, emissions, found, length)
+    return lattice_fsa(graph.fsa, parts, emissions, found, length)

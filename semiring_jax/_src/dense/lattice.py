@@ -74,12 +74,15 @@ def intersect_dense(
     check_graph(graph, batch, num_columns, emissions.dtype, "intersect_dense")
     # Each lattice is built once, in the stack; its longest paths are known
     # from the frames (see `_path_lengths`).
-    found = [_one_lattice(_entry(graph, b), emissions[b], int(lengths[b])) for b in range(batch)]
+    found = [
+        _one_lattice(graph_entry(graph, b), emissions[b], int(lengths[b])) for b in range(batch)
+    ]
     lattices, path_lengths = [fsa for fsa, _ in found], [known for _, known in found]
     return stack_entries(lattices, lengths=path_lengths)
 
 
-def _entry(graph: Fsa, b: int) -> Fsa:
+def graph_entry(graph: Fsa, b: int) -> Fsa:
+    """Entry b of a batched graph; a shared (unbatched) graph itself."""
     return graph if not graph.batch_shape else jax.tree_util.tree_map(lambda x: x[b], graph)
 
 

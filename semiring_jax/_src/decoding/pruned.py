@@ -6,10 +6,16 @@ states' arcs. Its record of the active states per frame comes to the host,
 where `decoding/host/pruned_lattice.py` keeps the arcs between them within
 the output beam; the lattice's weights are then JAX gathers of the graph's
 weights and the emissions (`dense/lattice.py`), as in `intersect_dense`.
+Where the CPU kernels are built, `kernels/beam_search.cc` makes the
+search's choices by token passing and `kernels/pruned_lattice.cc` builds
+the same lattice (the traced search and numpy serve elsewhere).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import functools
+import os
 from typing import Any, NamedTuple
 
 import jax
@@ -22,7 +28,9 @@ from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.decoding import beam_search
 from semiring_jax._src.decoding.host import pruned_lattice
 from semiring_jax._src.dense.dense import check_emissions, check_graph, check_lengths
+from semiring_jax._src.dense.host.lattice_structure import LatticeStructure
 from semiring_jax._src.dense.lattice import graph_entry, lattice_fsa
+from semiring_jax._src.kernels import beam_search_ops, pruned_lattice_ops
 from semiring_jax._src.structural.arc_map import parts_of
 from semiring_jax._src.structural.host.structure import Parts
 
@@ -131,100 +139,133 @@ def intersect_dense_pruned(
     if max_arcs is not None:
         checks.check_int(max_arcs, "max_arcs", _FN, 1)
     values = _values(emissions)
+    slots = min(max_active, graph.num_states)
     graphs = [
-        _HostGraph.of(graph_entry(graph, b)) for b in range(batch if graph.batch_shape else 1)
+        _HostGraph.of(graph_entry(graph, b), slots, max_arcs)
+        for b in range(batch if graph.batch_shape else 1)
     ]
-    if not graph.batch_shape:
-        actives = _search(
-            graphs[0], emissions, lengths, search_beam, min_active, max_active, max_arcs
-        )
-    found = []
-    for b in range(batch):
-        host = graphs[b] if graph.batch_shape else graphs[0]
-        if graph.batch_shape:
-            rows = _search(
-                host,
-                emissions[b : b + 1],
-                lengths[b : b + 1],
-                search_beam,
-                min_active,
-                max_active,
-                max_arcs,
-            )[0]
-        else:
-            rows = actives[b]
-        found.append(_lattice(host, emissions[b], values[b], rows, int(lengths[b]), output_beam))
+    search = functools.partial(
+        _search, search_beam=search_beam, min_active=min(min_active, slots), slots=slots
+    )
+    if graph.batch_shape:  # each utterance its own graph
+        rows = [
+            search(host, emissions[b : b + 1], lengths[b : b + 1])[0]
+            for b, host in enumerate(graphs)
+        ]
+    else:
+        rows = list(search(graphs[0], emissions, lengths))
+        graphs = graphs * batch
+    structure = functools.partial(_structure, output_beam=float(output_beam))
+    inputs = list(zip(graphs, values, rows, lengths.tolist(), strict=True))
+    if pruned_lattice_ops.usable():  # ctypes lets go of the GIL: a thread per core
+        with concurrent.futures.ThreadPoolExecutor(min(batch, os.cpu_count() or 1)) as pool:
+            structures = list(pool.map(lambda args: structure(*args), inputs))
+    else:
+        structures = [structure(*args) for args in inputs]
+    found = [
+        lattice_fsa(host.fsa, host.parts, emissions[b], structures[b], int(lengths[b]))
+        for b, host in enumerate(graphs)
+    ]
     return stack_entries([fsa for fsa, _ in found], lengths=[known for _, known in found])
 
 
 class _HostGraph(NamedTuple):
     """One graph entry's concrete structure and weight values, read once for
-    the search and every utterance's lattice."""
+    the search and every utterance's lattice; its real arcs grouped by
+    source state once for both."""
 
     fsa: Fsa
     parts: Parts
     real: np.ndarray  # int [A'], the real arcs' indices
     weight: np.ndarray  # float64 [A'], their weights' values
     final_weight: np.ndarray  # float64 [S], -inf where not final
+    search: beam_search.SearchGraph  # arc: positions among the real arcs
+    lattice: pruned_lattice_ops.LatticeGraph
 
     @classmethod
-    def of(cls, fsa: Fsa) -> _HostGraph:
+    def of(cls, fsa: Fsa, slots: int, max_arcs: int | None) -> _HostGraph:
         parts = parts_of(fsa, _FN)
         real = np.flatnonzero(checks.concrete(fsa.arc_mask, "arc_mask", _FN))
         final = np.where(parts.is_final, _values(fsa.final_weight), -np.inf)
-        return cls(fsa, parts, real, _values(fsa.weight)[real], final)
+        weight = _values(fsa.weight)[real]
+        search = beam_search.search_graph(
+            fsa.num_states,
+            parts.src,
+            parts.dst,
+            parts.ilabel,
+            np.arange(real.size),
+            slots,
+            max_arcs,
+        )
+        order = np.asarray(search.arc)
+        lattice = pruned_lattice_ops.LatticeGraph(
+            np.asarray(search.out_start),
+            np.asarray(search.dst)[:-1],
+            np.asarray(search.label)[:-1],
+            order,
+            weight[order],
+            final,
+        )
+        return cls(fsa, parts, real, weight, final, search, lattice)
 
 
 def _search(
     graph: _HostGraph,
     emissions: jax.Array,
     lengths: np.ndarray,
+    *,
     search_beam: float,
     min_active: int,
-    max_active: int,
-    max_arcs: int | None,
+    slots: int,
 ) -> np.ndarray:
-    """The active states int32 [B, T + 1, K] of one graph's utterances."""
-    fsa, parts = graph.fsa, graph.parts
-    slots = min(max_active, fsa.num_states)
-    search = beam_search.search_graph(
-        fsa.num_states, parts.src, parts.dst, parts.ilabel, graph.real, slots, max_arcs
-    )
-    weight = jax.lax.stop_gradient(fsa.weight)[jnp.asarray(search.arc, jnp.int32)]
+    """The active states int32 [B, T + 1, K] of one graph's utterances: the
+    compiled kernel's where built, the traced search's elsewhere and for
+    the utterances the kernel flags."""
+    search = graph.search
+    arcs = jnp.asarray(graph.real[np.asarray(search.arc)], jnp.int32)
+    weight = jax.lax.stop_gradient(graph.fsa.weight)[arcs]
     weight = jnp.append(weight, jnp.asarray(-jnp.inf, weight.dtype))
-    rows = beam_search.beam_search(
-        jnp.asarray(search.out_start),
-        jnp.asarray(search.dst),
-        jnp.asarray(search.label),
-        weight,
-        jax.lax.stop_gradient(emissions),
-        jnp.asarray(lengths, jnp.int32),
-        jnp.asarray(search_beam, emissions.dtype),
-        expand=search.expand,
-        slots=slots,
-        min_active=min(min_active, slots),
+    emissions = jax.lax.stop_gradient(emissions)
+    tables = (jnp.asarray(search.out_start), jnp.asarray(search.dst), jnp.asarray(search.label))
+    sizes = {"expand": search.expand, "slots": slots, "min_active": min_active}
+
+    def traced(rows: jax.Array, known: np.ndarray) -> np.ndarray:
+        found = beam_search.beam_search(
+            *tables,
+            weight,
+            rows,
+            jnp.asarray(known, jnp.int32),
+            jnp.asarray(search_beam, emissions.dtype),
+            **sizes,
+        )
+        return np.asarray(found)
+
+    if not beam_search_ops.usable(emissions):
+        return traced(emissions, lengths)
+    found, flagged = beam_search_ops.beam_search(
+        *tables, weight, emissions, lengths, search_beam=float(search_beam), **sizes
     )
-    return np.asarray(rows)
+    found, redo = np.array(found), np.flatnonzero(np.asarray(flagged))
+    if redo.size:  # a NaN or +inf candidate: the traced search keeps it visible
+        found[redo] = traced(emissions[redo], lengths[redo])
+    return found
 
 
-def _lattice(
-    graph: _HostGraph,
-    emissions: jax.Array,
-    values: np.ndarray,
-    rows: np.ndarray,
-    length: int,
-    output_beam: float,
-) -> tuple[Fsa, Any]:
-    active = [np.unique(row[row >= 0]) for row in rows[: length + 1]]
+def _structure(
+    graph: _HostGraph, values: np.ndarray, rows: np.ndarray, length: int, *, output_beam: float
+) -> LatticeStructure:
+    """One utterance's lattice structure from its search rows [T + 1, K]
+    and emission values [T, V]."""
+    if pruned_lattice_ops.usable():
+        return pruned_lattice_ops.pruned_lattice(graph.lattice, values, rows, length, output_beam)
     parts = graph.parts
-    found = pruned_lattice.pruned_lattice(
+    return pruned_lattice.pruned_lattice(
         parts.src,
         parts.dst,
         parts.ilabel,
         graph.weight,
         graph.final_weight,
         values,
-        active,
-        float(output_beam),
+        [np.unique(row[row >= 0]) for row in rows[: length + 1]],
+        output_beam,
     )
-    return lattice_fsa(graph.fsa, parts, emissions, found, length)

@@ -5,8 +5,9 @@ pass over the arcs (`tot_score`, `arc_posteriors`); `ctc.cc` runs the CTC
 loss's forward-backward over each utterance's band (`ctc_loss`); `rnnt.cc`
 the transducer grid's over a band (the RNN-T losses); `dense.cc` dense
 intersection with a general graph (`dense_tot_score`, `viterbi_decode`,
-`mmi_loss`); `common.h`
-holds their SIMD exp and log and their use of XLA's CPU threads. They are
+`mmi_loss`); `beam_search.cc` the beam search of `intersect_dense_pruned` and
+`pruned_lattice.cc` (plain C, called through ctypes) its lattice;
+`common.h` holds their SIMD exp and log and their use of XLA's CPU threads. They are
 compiled once per machine, jaxlib version and source text with the C++
 compiler (`$CXX`, else `c++`), for the building CPU (`-march=native`, and
 without it if the compiler refuses), against the FFI headers that ship with
@@ -61,17 +62,25 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["TARGETS", "enabled", "serves", "target"]
+__all__ = ["HOST_FUNCTIONS", "TARGETS", "enabled", "host_function", "serves", "target"]
 
 _LOG = logging.getLogger(__name__)
 
 _HERE = Path(__file__).parent
-_SOURCES = (_HERE / "scores.cc", _HERE / "ctc.cc", _HERE / "rnnt.cc", _HERE / "dense.cc")
+_SOURCES = (
+    _HERE / "scores.cc",
+    _HERE / "ctc.cc",
+    _HERE / "rnnt.cc",
+    _HERE / "dense.cc",
+    _HERE / "beam_search.cc",
+    _HERE / "pruned_lattice.cc",
+)
 _HEADERS = (_HERE / "common.h",)
 
 # The dtypes the handlers take, by the suffix of their names.
@@ -93,9 +102,13 @@ TARGETS = {
         ("dense_log_grad", "DenseLogGrad"),
         ("dense_tropical_total", "DenseTropicalTotal"),
         ("dense_tropical_grad", "DenseTropicalGrad"),
+        ("beam_search", "BeamSearch"),
     )
     for dtype in _DTYPES.values()
 }
+
+# Plain C functions for host code (through ctypes, not XLA).
+HOST_FUNCTIONS = ("SjPrunedLattice", "SjPrunedLatticeTake")
 
 # Warnings on: the sources compile cleanly with them (a test builds with
 # -Werror); XLA's headers are a system include, whose warnings are theirs.
@@ -446,23 +459,38 @@ def _find_or_build(compiler: str) -> ctypes.CDLL:
 
 
 @functools.cache
-def _load() -> bool:
+def _library() -> ctypes.CDLL | None:
+    """The built library, its FFI targets registered; None when off or unbuilt."""
     if os.environ.get("SEMIRING_JAX_CPU_KERNELS", "1") == "0":
-        return False
+        return None
     try:
         library = _find_or_build(_compiler())
         for name, symbol in TARGETS.items():
             capsule = jax.ffi.pycapsule(getattr(library, symbol))
             jax.ffi.register_ffi_target(name, capsule, platform="cpu")
+        for symbol in HOST_FUNCTIONS:
+            getattr(library, symbol)
     except (OSError, subprocess.SubprocessError, AttributeError) as error:
         warnings.warn(
             f"semiring_jax: CPU kernels off ({error}); using the portable scan (same "
             f"results, slower). {_SILENCE}",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
-        return False
-    return True
+        return None
+    return library
+
+
+def _load() -> bool:
+    return _library() is not None
+
+
+def host_function(symbol: str) -> Any:
+    """The library's plain C function `symbol` (one of `HOST_FUNCTIONS`),
+    called on numpy arrays outside any XLA program (so on any backend);
+    None when the kernels are off or unbuilt."""
+    library = _library()
+    return None if library is None else getattr(library, symbol)
 
 
 def target(op: str, dtype: npt.DTypeLike) -> str:

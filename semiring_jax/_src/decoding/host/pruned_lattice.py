@@ -119,11 +119,25 @@ def pruned_lattice(
     if np.isfinite(output_beam):
         read = [s[k] for s, k in zip(score, keep, strict=True)]
         if not any(np.isnan(s).any() for s in read) and not np.isnan(last_final).any():
-            alpha, beta = _viterbi(sizes, src, dst, score, last_final)
-            best = np.max(alpha[length] + last_final, initial=-np.inf)
+            # Over the connected arcs only: a NaN or inf on an arc of no
+            # path to a final state must not reach the kept arcs' scores.
+            alpha, beta = _viterbi(
+                sizes,
+                [s[k] for s, k in zip(src, keep, strict=True)],
+                [d[k] for d, k in zip(dst, keep, strict=True)],
+                read,
+                last_final,
+            )
+            ends = np.zeros(sizes[length], bool)  # the final states on a path
+            if length:
+                ends[dst[length - 1][keep[length - 1]]] = True
+            else:
+                ends[0] = True
+            ends &= last_final > -np.inf
+            best = np.max(alpha[length][ends] + last_final[ends], initial=-np.inf)
             for t in range(length):
                 through = alpha[t][src[t]] + score[t] + beta[t + 1][dst[t]]
-                keep[t] &= through >= best - output_beam
+                keep[t] &= through >= best - output_beam  # False where not connected
             # Arcs within the beam of a finite best lie on such paths; with
             # infinities about, cut to the connected ones once more.
             cut = [(s[k], d[k]) for s, d, k in zip(src, dst, keep, strict=True)]

@@ -1,0 +1,286 @@
+// The lattice a beam search leaves, pruned to an output beam: the compiled
+// twin of decoding/host/pruned_lattice.py (the same lattice, bit for bit),
+// called from the host through ctypes (it runs outside any XLA program, on
+// numpy arrays). Three passes over the arcs between states active at
+// consecutive frames, each found again from the graph's arcs grouped by
+// source: forward (reached from the start, and Viterbi scores), backward
+// (on a path to a final state, and Viterbi scores to the end), and forward
+// once more for the arcs within the output beam. Memory: O(frames x slots) for the per-state values and
+// O(kept arcs) for the output, never the unpruned arcs of every frame.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <new>
+#include <vector>
+
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+struct Graph {
+  int64_t num_states;
+  int64_t num_arcs;
+  const int32_t* out_start;  // [S + 1], arcs grouped by source
+  const int32_t* dst;        // [A], in that order
+  const int32_t* label;      // [A]
+  const int32_t* position;   // [A], each arc's index in the caller's arcs
+  const double* weight;      // [A]
+  const double* final_weight;  // [S], -inf where not final
+};
+
+struct Lattice {
+  int64_t num_states = 1;
+  std::vector<int32_t> src, dst, arc, frame, final_state;
+};
+
+// Frame t's active states, sorted and unique, as [first[t], first[t + 1]).
+struct Frames {
+  std::vector<int32_t> state;
+  std::vector<int64_t> first;
+  int64_t Size(int64_t t) const { return first[t + 1] - first[t]; }
+};
+
+Frames ActiveStates(const int32_t* rows, int64_t slots, int64_t length) {
+  Frames f;
+  f.first.push_back(0);
+  for (int64_t t = 0; t <= length; ++t) {
+    const int64_t begin = f.state.size();
+    for (int64_t k = 0; k < slots; ++k) {
+      if (rows[t * slots + k] >= 0) f.state.push_back(rows[t * slots + k]);
+    }
+    std::sort(f.state.begin() + begin, f.state.end());
+    f.state.erase(std::unique(f.state.begin() + begin, f.state.end()), f.state.end());
+    f.first.push_back(f.state.size());
+  }
+  return f;
+}
+
+// Calls body(i, j, a) for each arc a from frame t's i-th active state to
+// frame t + 1's j-th; `where` is an [S] table of -1s, left as it was found.
+// Sources for which from[i] is false are skipped.
+template <typename Body>
+void ForArcs(const Graph& g, const Frames& f, int64_t t, std::vector<int32_t>& where,
+             const std::vector<bool>& from, const Body& body) {
+  const int32_t* next = f.state.data() + f.first[t + 1];
+  for (int64_t j = 0; j < f.Size(t + 1); ++j) where[next[j]] = static_cast<int32_t>(j);
+  const int32_t* here = f.state.data() + f.first[t];
+  for (int64_t i = 0; i < f.Size(t); ++i) {
+    if (!from[f.first[t] + i]) continue;
+    for (int32_t a = g.out_start[here[i]]; a < g.out_start[here[i] + 1]; ++a) {
+      const int32_t j = where[g.dst[a]];
+      if (j >= 0) body(i, j, a);
+    }
+  }
+  for (int64_t j = 0; j < f.Size(t + 1); ++j) where[next[j]] = -1;
+}
+
+// A kept arc: frame t's i-th state to frame t + 1's j-th, by graph arc a.
+struct Kept {
+  int64_t t;
+  int32_t i, j, a;
+};
+
+// Which of `arcs` (in frame order) lie on a path from (0, 0) to a final
+// state of the last frame (`final` over its states).
+std::vector<bool> Connected(const Frames& f, int64_t length, const std::vector<Kept>& arcs,
+                            const std::vector<bool>& final) {
+  std::vector<bool> reach(f.state.size(), false), alive(f.state.size(), false);
+  reach[0] = true;
+  for (const Kept& k : arcs) {
+    if (reach[f.first[k.t] + k.i]) reach[f.first[k.t + 1] + k.j] = true;
+  }
+  for (int64_t j = 0; j < f.Size(length); ++j) {
+    alive[f.first[length] + j] = reach[f.first[length] + j] && final[j];
+  }
+  std::vector<bool> used(arcs.size(), false);
+  for (int64_t n = static_cast<int64_t>(arcs.size()) - 1; n >= 0; --n) {
+    const Kept& k = arcs[n];
+    if (reach[f.first[k.t] + k.i] && alive[f.first[k.t + 1] + k.j]) {
+      used[n] = true;
+      alive[f.first[k.t] + k.i] = true;
+    }
+  }
+  return used;
+}
+
+// *best = max(*best, value) as numpy's maximum: a NaN stays.
+inline void Relax(double value, double* best) {
+  if (value > *best || value != value) *best = value;
+}
+
+double Score(const Graph& g, const double* emissions, int64_t vocab, int64_t t, int32_t a) {
+  return g.weight[a] + emissions[t * vocab + g.label[a]];
+}
+
+Lattice Build(const Graph& g, const double* emissions, int64_t vocab, const int32_t* rows,
+              int64_t slots, int64_t length, double output_beam) {
+  const Frames f = ActiveStates(rows, slots, length);
+  const int64_t n = f.state.size();
+  std::vector<int32_t> where(g.num_states, -1);
+  // Forward: reached from the start, and the best score from it.
+  std::vector<bool> reach(n, false);
+  std::vector<double> alpha(n, kNegInf), beta(n, kNegInf);
+  reach[0] = true;
+  alpha[0] = 0.0;
+  for (int64_t t = 0; t < length; ++t) {
+    const int64_t here = f.first[t], next = f.first[t + 1];
+    ForArcs(g, f, t, where, reach, [&](int64_t i, int32_t j, int32_t a) {
+      reach[next + j] = true;
+      Relax(alpha[here + i] + Score(g, emissions, vocab, t, a), &alpha[next + j]);
+    });
+  }
+  // Backward: on a path to a final state, and the best score to the end.
+  std::vector<bool> final(f.Size(length)), alive(n, false);
+  bool nan = false;
+  for (int64_t j = 0; j < f.Size(length); ++j) {
+    const double end = g.final_weight[f.state[f.first[length] + j]];
+    final[j] = end > kNegInf;
+    nan |= std::isnan(end);
+    beta[f.first[length] + j] = end;
+    alive[f.first[length] + j] = reach[f.first[length] + j] && final[j];
+  }
+  for (int64_t t = length - 1; t >= 0; --t) {
+    const int64_t here = f.first[t], next = f.first[t + 1];
+    ForArcs(g, f, t, where, reach, [&](int64_t i, int32_t j, int32_t a) {
+      if (!alive[next + j]) return;  // on no path to a final state
+      const double score = Score(g, emissions, vocab, t, a);
+      Relax(beta[next + j] + score, &beta[here + i]);
+      alive[here + i] = true;
+      nan |= std::isnan(score);
+    });
+  }
+  // With a NaN read, no arc is cut by the beam (so that the NaN stays).
+  const bool cut = std::isfinite(output_beam) && !nan;
+  double best = kNegInf;
+  for (int64_t j = 0; j < f.Size(length); ++j) {
+    const int64_t m = f.first[length] + j;
+    if (alive[m]) Relax(alpha[m] + beta[m], &best);
+  }
+  // The connected arcs (within the beam), found once more, in frame order.
+  // A state's arcs score at most alpha + beta (up to rounding, which the
+  // margin covers): below the beam by more, none of them is kept.
+  std::vector<bool> open(n, false);
+  for (int64_t m = 0; m < n; ++m) {
+    const double margin = 1e-9 * (std::fabs(alpha[m]) + std::fabs(beta[m]) + std::fabs(best));
+    open[m] = alive[m] && !(cut && alpha[m] + beta[m] < best - output_beam - margin);
+  }
+  std::vector<Kept> kept;
+  for (int64_t t = 0; t < length; ++t) {
+    const int64_t here = f.first[t], next = f.first[t + 1];
+    ForArcs(g, f, t, where, open, [&](int64_t i, int32_t j, int32_t a) {
+      if (!alive[next + j]) return;
+      if (cut && !(alpha[here + i] + Score(g, emissions, vocab, t, a) + beta[next + j] >=
+                   best - output_beam)) {
+        return;
+      }
+      kept.push_back({t, static_cast<int32_t>(i), j, a});
+    });
+  }
+  if (cut) {
+    // Arcs within the beam of a finite best lie on such paths; with
+    // infinities about, cut to the connected ones once more.
+    const std::vector<bool> used = Connected(f, length, kept, final);
+    size_t n_used = 0;
+    for (size_t m = 0; m < kept.size(); ++m) {
+      if (used[m]) kept[n_used++] = kept[m];
+    }
+    kept.resize(n_used);
+  }
+  // Number the states the kept arcs touch in frame order, (0, 0) first.
+  std::vector<int64_t> id(n, -1);
+  std::vector<bool> touched(n, false);
+  touched[0] = true;
+  for (const Kept& k : kept) {
+    touched[f.first[k.t] + k.i] = touched[f.first[k.t + 1] + k.j] = true;
+  }
+  Lattice out;
+  int64_t count = 0;
+  for (int64_t m = 0; m < n; ++m) {
+    if (touched[m]) id[m] = count++;
+  }
+  out.num_states = std::max<int64_t>(count, 1);
+  out.final_state.assign(out.num_states, -1);
+  if (length == 0 || !kept.empty()) {
+    for (int64_t j = 0; j < f.Size(length); ++j) {
+      const int64_t m = f.first[length] + j;
+      if (touched[m] && final[j]) out.final_state[id[m]] = f.state[m];
+    }
+  }
+  std::vector<int64_t> order(kept.size());
+  for (size_t m = 0; m < kept.size(); ++m) order[m] = m;
+  const auto src_of = [&](const Kept& k) { return id[f.first[k.t] + k.i]; };
+  std::sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
+    const int64_t sx = src_of(kept[x]), sy = src_of(kept[y]);
+    return sx < sy || (sx == sy && g.position[kept[x].a] < g.position[kept[y].a]);
+  });
+  for (int64_t m : order) {
+    const Kept& k = kept[m];
+    out.src.push_back(static_cast<int32_t>(src_of(k)));
+    out.dst.push_back(static_cast<int32_t>(id[f.first[k.t + 1] + k.j]));
+    out.arc.push_back(g.position[k.a]);
+    out.frame.push_back(static_cast<int32_t>(k.t));
+  }
+  return out;
+}
+
+// The inputs' tables index each other in range (the caller's, but a bad
+// one must be an error, never a stray read).
+bool Valid(const Graph& g, int64_t vocab, const int32_t* rows, int64_t slots, int64_t length) {
+  if (g.num_states < 1 || g.out_start[0] != 0 || g.out_start[g.num_states] > g.num_arcs) {
+    return false;
+  }
+  for (int64_t s = 0; s < g.num_states; ++s) {
+    if (g.out_start[s + 1] < g.out_start[s]) return false;
+  }
+  for (int64_t a = 0; a < g.num_arcs; ++a) {
+    if (g.dst[a] < 0 || g.dst[a] >= g.num_states || g.label[a] < 0 || g.label[a] >= vocab) {
+      return false;
+    }
+  }
+  for (int64_t m = 0; m < (length + 1) * slots; ++m) {
+    if (rows[m] >= g.num_states) return false;
+  }
+  return slots >= 1 && length >= 0 && rows[0] == 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+// Builds the lattice of one utterance. Returns 0 and a handle (sizes[0]:
+// states, sizes[1]: arcs) for SjPrunedLatticeTake, 1 for inconsistent
+// tables, 2 when out of memory.
+int SjPrunedLattice(int64_t num_states, int64_t num_arcs, const int32_t* out_start,
+                    const int32_t* dst, const int32_t* label, const int32_t* position,
+                    const double* weight, const double* final_weight, const double* emissions,
+                    int64_t vocab, const int32_t* rows, int64_t slots, int64_t length,
+                    double output_beam, void** handle, int64_t* sizes) {
+  const Graph g{num_states, num_arcs, out_start, dst, label, position, weight, final_weight};
+  if (!Valid(g, vocab, rows, slots, length)) return 1;
+  try {
+    Lattice* lattice = new Lattice(Build(g, emissions, vocab, rows, slots, length, output_beam));
+    sizes[0] = lattice->num_states;
+    sizes[1] = static_cast<int64_t>(lattice->src.size());
+    *handle = lattice;
+  } catch (const std::bad_alloc&) {
+    return 2;
+  }
+  return 0;
+}
+
+// Copies the lattice out (arrays of sizes[1], and of sizes[0] for
+// final_state) and frees it.
+void SjPrunedLatticeTake(void* handle, int32_t* src, int32_t* dst, int32_t* arc, int32_t* frame,
+                         int32_t* final_state) {
+  Lattice* lattice = static_cast<Lattice*>(handle);
+  std::copy(lattice->src.begin(), lattice->src.end(), src);
+  std::copy(lattice->dst.begin(), lattice->dst.end(), dst);
+  std::copy(lattice->arc.begin(), lattice->arc.end(), arc);
+  std::copy(lattice->frame.begin(), lattice->frame.end(), frame);
+  std::copy(lattice->final_state.begin(), lattice->final_state.end(), final_state);
+  delete lattice;
+}
+
+}  // extern "C"

@@ -1,0 +1,94 @@
+"""`intersect_dense_pruned`'s lattice through the compiled host function.
+
+`kernels/pruned_lattice.cc` builds the lattice that
+`decoding/host/pruned_lattice.py` builds, bit for bit, in three passes over
+the arcs between consecutive frames' active states, where the numpy one
+holds every frame's such arcs at once. It is plain C called through ctypes
+on numpy arrays (the lattice is built on the host, outside any XLA
+program), so it serves any backend once the library is built.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import NamedTuple
+
+import numpy as np
+
+from semiring_jax._src.dense.host.lattice_structure import LatticeStructure
+from semiring_jax._src.kernels import loader
+
+__all__ = ["LatticeGraph", "pruned_lattice", "usable"]
+
+
+class LatticeGraph(NamedTuple):
+    """A graph's real arcs grouped by source state (as `SearchGraph`), with
+    their values.
+
+    Attributes:
+      out_start: int32 [S + 1].
+      dst, label: int32 [A'] in that order.
+      position: int32 [A'], each arc's index among the real arcs.
+      weight: float64 [A'], their weights' values.
+      final_weight: float64 [S], -inf where not final.
+    """
+
+    out_start: np.ndarray
+    dst: np.ndarray
+    label: np.ndarray
+    position: np.ndarray
+    weight: np.ndarray
+    final_weight: np.ndarray
+
+
+def usable() -> bool:
+    """Whether the compiled function is built (building it on first call)."""
+    return loader.host_function("SjPrunedLattice") is not None
+
+
+def _pointer(array: np.ndarray, ctype: type) -> ctypes._Pointer:
+    return array.ctypes.data_as(ctypes.POINTER(ctype))
+
+
+def pruned_lattice(
+    graph: LatticeGraph,
+    emissions: np.ndarray,
+    rows: np.ndarray,
+    length: int,
+    output_beam: float,
+) -> LatticeStructure:
+    """As `decoding.host.pruned_lattice.pruned_lattice`, from the search's
+    rows int32 [>= length + 1, K] (row t: the states active after t frames,
+    -1 empty) and emissions float64 [T, V] (values)."""
+    build = loader.host_function("SjPrunedLattice")
+    take = loader.host_function("SjPrunedLatticeTake")
+    i32 = lambda array: np.ascontiguousarray(array, np.int32)
+    f64 = lambda array: np.ascontiguousarray(array, np.float64)
+    tables = [i32(graph.out_start), i32(graph.dst), i32(graph.label), i32(graph.position)]
+    values = [f64(graph.weight), f64(graph.final_weight), f64(emissions)]
+    active = i32(rows[: length + 1])
+    # The function reads length + 1 rows and length frames.
+    assert active.shape[0] == length + 1 and emissions.shape[0] >= length, (rows.shape, length)
+    handle, sizes = ctypes.c_void_p(), np.zeros(2, np.int64)
+    code = build(
+        ctypes.c_int64(graph.final_weight.size),
+        ctypes.c_int64(graph.dst.size),
+        *(_pointer(table, ctypes.c_int32) for table in tables),
+        *(_pointer(value, ctypes.c_double) for value in values),
+        ctypes.c_int64(emissions.shape[-1]),
+        _pointer(active, ctypes.c_int32),
+        ctypes.c_int64(active.shape[1]),
+        ctypes.c_int64(length),
+        ctypes.c_double(output_beam),
+        ctypes.byref(handle),
+        _pointer(sizes, ctypes.c_int64),
+    )
+    if code == 2:
+        raise MemoryError("intersect_dense_pruned: out of memory building the lattice")
+    if code != 0:
+        raise AssertionError("intersect_dense_pruned: inconsistent lattice tables (a bug)")
+    num_states, num_arcs = (int(size) for size in sizes)
+    src, dst, arc, frame = (np.empty(num_arcs, np.int32) for _ in range(4))
+    final_state = np.empty(num_states, np.int32)
+    take(handle, *(_pointer(out, ctypes.c_int32) for out in (src, dst, arc, frame, final_state)))
+    return LatticeStructure(num_states, src, dst, arc, frame, final_state)

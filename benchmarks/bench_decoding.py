@@ -14,6 +14,9 @@ same run:
     graph as a `kaldifst` FST at the same beam and max_active, one
     utterance after another (one thread).
 
+Then `sj.nbest(n=100)` on the pruned lattices against OpenFst's
+`shortestpath(nshortest=100)` (pynini) on the same lattices.
+
 Utterances come from the graph's own model: a word sequence from the
 bigram, each token held 1-4 frames, emissions log_softmax(N(0, 1) logits
 + 3 on the true token). Prints seconds, frames per second, ratios, and how
@@ -132,6 +135,7 @@ def main() -> None:
     parser.add_argument(
         "--max-arcs", type=int, default=None, help="intersect_dense_pruned's cap on arcs per frame"
     )
+    parser.add_argument("--nbest", type=int, default=100, help="n of the n-best comparison")
     args = parser.parse_args()
     rng = np.random.default_rng(SEED)
     arcs, finals, prons, bigram, num_states = hlg_graph(rng, args.words)
@@ -195,6 +199,43 @@ def main() -> None:
         f"pruned / kaldi throughput: {timings['kaldi'] / timings['pruned']:.2f}; "
         f"lattice arcs per utterance: {np.asarray(lattice.arc_mask.sum(-1)).tolist()}; "
         f"max |pruned - exact| best score: {gap:.2e}"
+    )
+    nbest_against_openfst(lattice, args.nbest)
+
+
+def nbest_against_openfst(lattice: sj.Fsa, n: int) -> None:
+    """`sj.nbest(lattice, n)` on the batch against OpenFst's
+    `shortestpath(nshortest=n)` on each entry (the same lattices, as
+    pynini FSTs), and whether their n scores agree."""
+    import pynini
+
+    fsts = [entry.to_pynini(arc_type="standard") for entry in sj.unstack(lattice)]
+
+    def ours():
+        paths = sj.nbest(lattice, n)
+        return jax.block_until_ready(sj.tot_score(paths, sj.TROPICAL))
+
+    def openfst():
+        return [pynini.shortestpath(fst, nshortest=n) for fst in fsts]
+
+    ours()  # compile
+    seconds = {}
+    for name, fn in (("ours", ours), ("openfst", openfst)):
+        start = time.perf_counter()
+        result = fn()
+        seconds[name] = time.perf_counter() - start
+        if name == "ours":
+            scores = np.asarray(result)
+        else:
+            theirs = [sorted(-float(str(w)) for w in fst.paths().weights()) for fst in result]
+    same = sum(
+        np.allclose(sorted(row[row > -np.inf]), other, atol=1e-3)
+        for row, other in zip(scores, theirs, strict=True)
+    )
+    print(
+        f"nbest(n={n}) on the {len(fsts)} lattices: ours {seconds['ours']:.3f} s, "
+        f"OpenFst shortestpath {seconds['openfst']:.3f} s, ours / OpenFst "
+        f"{seconds['ours'] / seconds['openfst']:.2f}; the n scores agree on {same} / {len(fsts)}"
     )
 
 

@@ -16,7 +16,9 @@ item pushes only its best move, and the next-best sibling of itself
 (moves are sorted once, per state, by score to the end): every item pushes
 at most two, and the heap holds one item per expanded partial path rather
 than one per arc. Items keep a back-pointer to their parent, not their
-moves, so nothing is copied along a path.
+moves, so nothing is copied along a path. The best move of a popped item
+keeps its priority, so it is followed at once, past the heap, while no
+item there is better: a path's best completion costs no heap operations.
 
 Ties. Items of equal priority are ordered by their sequence of moves
 compared lexicographically, arcs by index and "end here" (-1) before any
@@ -253,34 +255,52 @@ def _search(moves: _Moves, num_states: int, best: float, n: int, unique: bool) -
     def closed(state: int, text: int) -> bool:
         return expanded[state] >= n or (unique and (state, text) in seen)
 
-    def push(heap: list[tuple[float, _Node]], parent: _Node, move: int) -> None:
-        # Moves into a closed (state, string) are skipped: it stays closed.
+    def first_open(parent: _Node, move: int) -> tuple[float, _Node] | None:
+        """(priority, item) of `parent`'s first move from `move` on into an
+        open (state, string); moves into a closed one are skipped (it stays
+        closed)."""
         stop = offsets[parent.state + 1]
         while move < stop and closed(target[move], text_after(parent.text, move)):
             move += 1
         if move == stop:
-            return
+            return None
         text = parent.text
         if unique and label[move] != 0:
             text = trie.setdefault((text, label[move]), len(trie) + 1)
         score = parent.score + moves.weight[move]
         node = _Node(parent, move, moves.arc[move], target[move], score, text)
         # The priority is the score of the best completion, score + β(target).
-        heapq.heappush(heap, (-(parent.score + value[move]), node))
+        return parent.score + value[move], node
+
+    def push(heap: list[tuple[float, _Node]], parent: _Node, move: int) -> None:
+        found = first_open(parent, move)
+        if found is not None:
+            heapq.heappush(heap, (-found[0], found[1]))
 
     heap: list[tuple[float, _Node]] = [(-best, _Node(None, -1, _END, 0, 0.0, 0))]
     ends: list[_Node] = []
     while heap and len(ends) < n:
         _, node = heapq.heappop(heap)
-        if node.parent is not None:
-            push(heap, node.parent, node.move + 1)  # the next sibling
-        if closed(node.state, node.text):
-            continue
-        expanded[node.state] += 1
-        if unique:
-            seen.add((node.state, node.text))
-        if node.state == num_states:
-            ends.append(node)
-        else:
-            push(heap, node, offsets[node.state])
+        while True:
+            if node.parent is not None:
+                push(heap, node.parent, node.move + 1)  # the next sibling
+            if closed(node.state, node.text):
+                break
+            expanded[node.state] += 1
+            if unique:
+                seen.add((node.state, node.text))
+            if node.state == num_states:
+                ends.append(node)
+                break
+            child = first_open(node, offsets[node.state])
+            if child is None:
+                break
+            # The best move keeps the best completion: unless an item in the
+            # heap is now better, the child is what the heap would give
+            # next (on a tie too: every item there parts from this path
+            # after a larger move), so go on to it without the heap.
+            if heap and child[0] < -heap[0][0]:
+                heapq.heappush(heap, (-child[0], child[1]))
+                break
+            node = child[1]
     return ends

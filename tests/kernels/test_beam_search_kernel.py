@@ -64,9 +64,7 @@ def _both(inputs, slots, min_active, search_beam, max_arcs):
 def test_kernel_makes_the_traced_searchs_choices(
     seed, dtype, slots, min_active, search_beam, max_arcs
 ):
-    traced, kernel, flagged = _both(
-        _inputs(seed, dtype), slots, min_active, search_beam, max_arcs
-    )
+    traced, kernel, flagged = _both(_inputs(seed, dtype), slots, min_active, search_beam, max_arcs)
     assert not flagged.any()
     np.testing.assert_array_equal(kernel, traced)
 

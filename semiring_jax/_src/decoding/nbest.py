@@ -20,6 +20,7 @@ from semiring_jax._src.core import checks
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.semiring import TROPICAL
 from semiring_jax._src.decoding.host import kshortest
+from semiring_jax._src.kernels import kshortest_ops
 from semiring_jax._src.scores.best_path import path_as_chain
 from semiring_jax._src.scores.tot_score import check_scorable, final_weights
 
@@ -159,6 +160,7 @@ def _entry_paths(
         n,
         slots,
         unique=unique,
+        compiled=kshortest_ops.k_shortest if kshortest_ops.usable() else None,
     )
 
 

@@ -7,6 +7,7 @@ the transducer grid's over a band (the RNN-T losses); `dense.cc` dense
 intersection with a general graph (`dense_tot_score`, `viterbi_decode`,
 `mmi_loss`); `beam_search.cc` the beam search of `intersect_dense_pruned` and
 `pruned_lattice.cc` (plain C, called through ctypes) its lattice;
+`kshortest.cc` (plain C too) the search of `nbest`;
 `common.h` holds their SIMD exp and log and their use of XLA's CPU threads. They are
 compiled once per machine, jaxlib version and source text with the C++
 compiler (`$CXX`, else `c++`), for the building CPU (`-march=native`, and
@@ -80,6 +81,7 @@ _SOURCES = (
     _HERE / "dense.cc",
     _HERE / "beam_search.cc",
     _HERE / "pruned_lattice.cc",
+    _HERE / "kshortest.cc",
 )
 _HEADERS = (_HERE / "common.h",)
 
@@ -108,7 +110,7 @@ TARGETS = {
 }
 
 # Plain C functions for host code (through ctypes, not XLA).
-HOST_FUNCTIONS = ("SjPrunedLattice", "SjPrunedLatticeTake")
+HOST_FUNCTIONS = ("SjPrunedLattice", "SjPrunedLatticeTake", "SjKShortest")
 
 # Warnings on: the sources compile cleanly with them (a test builds with
 # -Werror); XLA's headers are a system include, whose warnings are theirs.

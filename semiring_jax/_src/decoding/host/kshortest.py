@@ -48,13 +48,14 @@ in float64, and the order is exact up to the rounding of those sums.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
 
 from semiring_jax._src.core.host.levels import longest_path_levels
 
-__all__ = ["Paths", "best_to_end", "k_shortest"]
+__all__ = ["Compiled", "Moves", "Paths", "best_to_end", "k_shortest"]
 
 _END = -1  # the move "stop at this (final) state"
 
@@ -129,15 +130,29 @@ class _Node:
         return mine.arc < theirs.arc
 
 
-class _Moves(NamedTuple):
-    """Each state's moves, best first (CSR): arcs and "end here"."""
+class Moves(NamedTuple):
+    """Each state's moves, best first (CSR): arcs and "end here".
 
-    offsets: list[int]  # [S + 1]
-    value: list[float]  # the best score to the end after the move: weight + β(dst)
-    weight: list[float]  # the arc's weight, or the final weight
-    arc: list[int]  # the arc index, or _END
-    target: list[int]  # dst, or S
-    label: list[int]  # olabel, or 0
+    Attributes:
+      offsets: int64 [S + 2], state s's moves are [offsets[s], offsets[s + 1])
+        (S: the super-final state, no moves).
+      value: float64 [M], the best score to the end after the move: weight + β(dst).
+      weight: float64 [M], the arc's weight, or the final weight.
+      arc: int64 [M], the arc index, or -1 (end here).
+      target: int64 [M], dst, or S.
+      label: int64 [M], olabel, or 0.
+    """
+
+    offsets: np.ndarray
+    value: np.ndarray
+    weight: np.ndarray
+    arc: np.ndarray
+    target: np.ndarray
+    label: np.ndarray
+
+
+# A compiled search: (moves, S, β(0), n, unique, slots) -> the n best paths.
+Compiled = Callable[[Moves, int, float, int, bool, int], "Paths"]
 
 
 def _moves(
@@ -149,7 +164,7 @@ def _moves(
     weight: np.ndarray,
     final: np.ndarray,
     beta: np.ndarray,
-) -> _Moves:
+) -> Moves:
     """Moves that can still end: arcs into states with β > -inf, and the
     stop at each final state; sorted by (state, value descending, arc key)."""
     live = beta[dst] > -np.inf
@@ -163,14 +178,7 @@ def _moves(
     order = np.lexsort((arc, -value, state))
     offsets = np.zeros(num_states + 2, np.int64)  # S: the super-final state, no moves
     np.cumsum(np.bincount(state, minlength=num_states + 1), out=offsets[1:])
-    return _Moves(
-        offsets.tolist(),
-        value[order].tolist(),
-        move_weight[order].tolist(),
-        arc[order].tolist(),
-        target[order].tolist(),
-        label[order].tolist(),
-    )
+    return Moves(offsets, value[order], move_weight[order], arc[order], target[order], label[order])
 
 
 def k_shortest(
@@ -185,6 +193,7 @@ def k_shortest(
     slots: int,
     *,
     unique: bool = False,
+    compiled: Compiled | None = None,
 ) -> Paths:
     """The n best successful paths from state 0 (see the module docstring).
 
@@ -200,6 +209,8 @@ def k_shortest(
       slots: the width of `Paths.arcs`, at least the longest path's length.
       unique: distinct output strings (epsilon 0 dropped), each by its best
         path.
+      compiled: a compiled twin of the search (the same paths, in the same
+        order), or None for this module's.
     Returns:
       `Paths`, best first.
     """
@@ -216,7 +227,10 @@ def k_shortest(
         final,
         beta,
     )
-    ends = _search(moves, num_states, float(beta[0]), n, unique) if num_states else []
+    best = float(beta[0]) if num_states else -np.inf
+    if compiled is not None and best > -np.inf:
+        return compiled(moves, num_states, best, n, unique, slots)
+    ends = _search(moves, num_states, best, n, unique)
     paths = Paths(
         np.zeros((n, slots), np.int32),
         np.zeros(n, np.int32),
@@ -238,11 +252,15 @@ def k_shortest(
     return paths
 
 
-def _search(moves: _Moves, num_states: int, best: float, n: int, unique: bool) -> list[_Node]:
+def _search(moves: Moves, num_states: int, best: float, n: int, unique: bool) -> list[_Node]:
     """The best-first search: the end nodes of the n best paths (strings)."""
     if best == -np.inf:
         return []
-    offsets, value, target, label = moves.offsets, moves.value, moves.target, moves.label
+    # Python lists: their items read faster than numpy's, one at a time.
+    offsets, value, target, label = (
+        array.tolist() for array in (moves.offsets, moves.value, moves.target, moves.label)
+    )
+    move_weight, move_arc = moves.weight.tolist(), moves.arc.tolist()
     expanded = [0] * (num_states + 1)  # S: the super-final state
     seen: set[tuple[int, int]] = set()  # (state, string) pairs expanded (unique)
     trie: dict[tuple[int, int], int] = {}  # (string, label) -> string; 0 is ""
@@ -267,8 +285,8 @@ def _search(moves: _Moves, num_states: int, best: float, n: int, unique: bool) -
         text = parent.text
         if unique and label[move] != 0:
             text = trie.setdefault((text, label[move]), len(trie) + 1)
-        score = parent.score + moves.weight[move]
-        node = _Node(parent, move, moves.arc[move], target[move], score, text)
+        score = parent.score + move_weight[move]
+        node = _Node(parent, move, move_arc[move], target[move], score, text)
         # The priority is the score of the best completion, score + β(target).
         return parent.score + value[move], node
 

@@ -1,0 +1,70 @@
+"""`nbest`'s search through the compiled host function.
+
+`kernels/kshortest.cc` runs the best-first search of
+`decoding/host/kshortest.py` (the same paths in the same order, ties
+included) on the moves that module sorts: plain C called through ctypes on
+numpy arrays, outside any XLA program, so it serves any backend once the
+library is built.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from semiring_jax._src.decoding.host.kshortest import Moves, Paths
+from semiring_jax._src.kernels import loader
+
+__all__ = ["k_shortest", "usable"]
+
+
+def usable() -> bool:
+    """Whether the compiled function is built (building it on first call)."""
+    return loader.host_function("SjKShortest") is not None
+
+
+def _pointer(array: np.ndarray, ctype: type) -> ctypes._Pointer:
+    return array.ctypes.data_as(ctypes.POINTER(ctype))
+
+
+def k_shortest(
+    moves: Moves, num_states: int, best: float, n: int, unique: bool, slots: int
+) -> Paths:
+    """A `kshortest.Compiled`: the n best paths from state 0 (β(0) = `best`)."""
+    search = loader.host_function("SjKShortest")
+    search.restype = ctypes.c_int64
+    i64 = lambda array: np.ascontiguousarray(array, np.int64)
+    f64 = lambda array: np.ascontiguousarray(array, np.float64)
+    offsets, value, weight = i64(moves.offsets), f64(moves.value), f64(moves.weight)
+    arc, target, label = i64(moves.arc), i64(moves.target), i64(moves.label)
+    # The function indexes the moves by these: they must agree.
+    assert offsets.size == num_states + 2 and offsets[-1] == value.size, (offsets.size, value.size)
+    paths = Paths(
+        np.zeros((n, slots), np.int32),
+        np.zeros(n, np.int32),
+        np.zeros(n, np.int32),
+        np.zeros(n, bool),
+        np.full(n, -np.inf),
+    )
+    found = search(
+        ctypes.c_int64(num_states),
+        _pointer(offsets, ctypes.c_int64),
+        _pointer(value, ctypes.c_double),
+        _pointer(weight, ctypes.c_double),
+        *(_pointer(table, ctypes.c_int64) for table in (arc, target, label)),
+        ctypes.c_double(best),
+        ctypes.c_int64(n),
+        ctypes.c_int64(int(unique)),
+        ctypes.c_int64(slots),
+        _pointer(paths.arcs, ctypes.c_int32),
+        _pointer(paths.lengths, ctypes.c_int32),
+        _pointer(paths.final_states, ctypes.c_int32),
+        _pointer(paths.scores, ctypes.c_double),
+    )
+    if found == -2:
+        raise MemoryError("nbest: out of memory in the search")
+    if found < 0:
+        raise AssertionError("nbest: a path longer than its slots (a bug)")
+    paths.found[:found] = True
+    return paths

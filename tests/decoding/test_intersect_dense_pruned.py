@@ -179,6 +179,15 @@ def test_nan_emission_is_refused_as_by_intersect_dense():
     assert bool(jnp.isnan(total(emissions)).any())
 
 
+def test_nan_on_an_arc_of_no_path_leaves_the_lattice_whole():
+    # Arc 1 reads the NaN and leads to state 2, which is not final: it is on
+    # no path, so the beam must cut nothing of the path 0 -> 1 for it.
+    graph = sj.Fsa.from_arcs([(0, 1, 0, 0.0), (0, 2, 1, 0.0)], final=[1])
+    emissions = jnp.array([[[-1.0, jnp.nan]]], jnp.float32)
+    lattice = sj.intersect_dense_pruned(graph, emissions, output_beam=1.0)
+    np.testing.assert_allclose(sj.tot_score(lattice), [-1.0])
+
+
 def test_zero_length_is_the_start_state():
     graph = sj.Fsa.from_arcs([(0, 1, 1, 0.0)], {0: 0.5, 1: 0.0})
     lattice = sj.intersect_dense_pruned(graph, jnp.zeros((1, 2, 2), jnp.float32), [0])

@@ -87,9 +87,14 @@ def intersect_dense_pruned(
 
     The search runs compiled, with static shapes: K = min(max_active, S)
     slots per frame, at most E arcs expanded per frame (E: the sum of the K
-    largest out-degrees), O(E log E) work per frame. Ties between states
-    at the max_active cut are broken by `jax.lax.top_k` (lower slot
-    first). A NaN score is kept by the search and not cut by the output
+    largest out-degrees), O(E log E) work per frame. On a single CPU device
+    a compiled kernel makes the same choices by token passing, in
+    O(active arcs + R log K) per frame (R: the states reached), and the
+    lattice is built by compiled code too, a thread per core. Ties between
+    states at the max_active cut go to the state reached first (by the
+    slot order of its best arc's source, then the arc's order), as
+    `jax.lax.top_k` breaks them. Memory: the graph, a record of the active
+    states of every frame (int32 [B, T + 1, K]) and the lattice. A NaN score is kept by the search and not cut by the output
     beam, so a NaN emission on a searched arc reaches the lattice's
     weights: a concrete one raises the `ValueError` that `intersect_dense`
     raises (naming the lattice arc), a traced one (under `jax.grad`) gives

@@ -94,12 +94,14 @@ def intersect_dense_pruned(
     states at the max_active cut go to the state reached first (by the
     slot order of its best arc's source, then the arc's order), as
     `jax.lax.top_k` breaks them. Memory: the graph, a record of the active
-    states of every frame (int32 [B, T + 1, K]) and the lattice. A NaN score is kept by the search and not cut by the output
-    beam, so a NaN emission on a searched arc reaches the lattice's
+    states of every frame (int32 [B, T + 1, K]) and the lattice.
+
+    A NaN score is kept by the search and not cut by the output beam, so
+    a NaN emission on a searched arc of some path reaches the lattice's
     weights: a concrete one raises the `ValueError` that `intersect_dense`
     raises (naming the lattice arc), a traced one (under `jax.grad`) gives
-    a NaN lattice. An utterance whose search keeps no path to a final state gets
-    a one-state lattice with no arcs and no final state.
+    a NaN lattice. An utterance whose search keeps no path to a final
+    state gets a one-state lattice with no arcs and no final state.
 
     Args:
       graph: an Fsa shared by the batch, or a batched Fsa with B entries;
@@ -262,7 +264,9 @@ def _structure(
     """One utterance's lattice structure from its search rows [T + 1, K]
     and emission values [T, V]."""
     if pruned_lattice_ops.usable():
-        return pruned_lattice_ops.pruned_lattice(graph.lattice, values, rows, length, output_beam)
+        return pruned_lattice_ops.pruned_lattice(
+            graph.lattice, values, rows, length, output_beam, searched=True
+        )
     parts = graph.parts
     return pruned_lattice.pruned_lattice(
         parts.src,

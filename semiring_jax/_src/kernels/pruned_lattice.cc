@@ -1,11 +1,13 @@
 // The lattice a beam search leaves, pruned to an output beam: the compiled
 // twin of decoding/host/pruned_lattice.py (the same lattice, bit for bit),
 // called from the host through ctypes (it runs outside any XLA program, on
-// numpy arrays). Three passes over the arcs between states active at
+// numpy arrays). Passes over the arcs between states active at
 // consecutive frames, each found again from the graph's arcs grouped by
-// source: forward (reached from the start, and Viterbi scores), backward
-// (on a path to a final state, and Viterbi scores to the end), and forward
-// once more for the arcs within the output beam. Memory: O(frames x slots) for the per-state values and
+// source: forward for the states reached from the start (skipped for rows
+// from a search, where all are), backward (on a path to a final state,
+// and Viterbi scores to the end), and forward for the Viterbi scores from
+// the start and the arcs within the output beam, skipping the states
+// outside it. Memory: O(frames x slots) for the per-state values and
 // O(kept arcs) for the output, never the unpruned arcs of every frame.
 
 #include <algorithm>
@@ -115,23 +117,20 @@ double Score(const Graph& g, const double* emissions, int64_t vocab, int64_t t, 
 }
 
 Lattice Build(const Graph& g, const double* emissions, int64_t vocab, const int32_t* rows,
-              int64_t slots, int64_t length, double output_beam) {
+              int64_t slots, int64_t length, double output_beam, bool searched) {
   const Frames f = ActiveStates(rows, slots, length);
   const int64_t n = f.state.size();
   std::vector<int32_t> where(g.num_states, -1);
-  // Forward: reached from the start, and the best score from it.
-  std::vector<bool> reach(n, false);
-  std::vector<double> alpha(n, kNegInf), beta(n, kNegInf);
+  // Reached from the start: every active state, for rows from a search
+  // (each was reached from a state active the frame before).
+  std::vector<bool> reach(n, searched);
   reach[0] = true;
-  alpha[0] = 0.0;
-  for (int64_t t = 0; t < length; ++t) {
-    const int64_t here = f.first[t], next = f.first[t + 1];
-    ForArcs(g, f, t, where, reach, [&](int64_t i, int32_t j, int32_t a) {
-      reach[next + j] = true;
-      Relax(alpha[here + i] + Score(g, emissions, vocab, t, a), &alpha[next + j]);
-    });
+  for (int64_t t = 0; t < length && !searched; ++t) {
+    const int64_t next = f.first[t + 1];
+    ForArcs(g, f, t, where, reach, [&](int64_t, int32_t j, int32_t) { reach[next + j] = true; });
   }
   // Backward: on a path to a final state, and the best score to the end.
+  std::vector<double> alpha(n, kNegInf), beta(n, kNegInf);
   std::vector<bool> final(f.Size(length)), alive(n, false);
   bool nan = false;
   for (int64_t j = 0; j < f.Size(length); ++j) {
@@ -153,30 +152,32 @@ Lattice Build(const Graph& g, const double* emissions, int64_t vocab, const int3
   }
   // With a NaN read, no arc is cut by the beam (so that the NaN stays).
   const bool cut = std::isfinite(output_beam) && !nan;
-  double best = kNegInf;
-  for (int64_t j = 0; j < f.Size(length); ++j) {
-    const int64_t m = f.first[length] + j;
-    if (alive[m]) Relax(alpha[m] + beta[m], &best);
-  }
-  // The connected arcs (within the beam), found once more, in frame order.
-  // A state's arcs score at most alpha + beta (up to rounding, which the
-  // margin covers): below the beam by more, none of them is kept.
+  const double best = beta[0];  // the best path's score (-inf: none)
+  // Forward over the connected arcs within the beam, in frame order, with
+  // the best scores from the start. A state's arcs score at most alpha +
+  // beta (up to rounding, which the margin covers): below the beam by
+  // more, none of them is kept, and none gives a kept state its alpha, so
+  // such states are skipped (`open` false).
   std::vector<bool> open(n, false);
-  for (int64_t m = 0; m < n; ++m) {
+  const auto opened = [&](int64_t m) {
     const double margin = 1e-9 * (std::fabs(alpha[m]) + std::fabs(beta[m]) + std::fabs(best));
-    open[m] = alive[m] && !(cut && alpha[m] + beta[m] < best - output_beam - margin);
-  }
+    return alive[m] && !(cut && alpha[m] + beta[m] < best - output_beam - margin);
+  };
+  alpha[0] = 0.0;
+  open[0] = opened(0);
   std::vector<Kept> kept;
   for (int64_t t = 0; t < length; ++t) {
     const int64_t here = f.first[t], next = f.first[t + 1];
     ForArcs(g, f, t, where, open, [&](int64_t i, int32_t j, int32_t a) {
       if (!alive[next + j]) return;
-      if (cut && !(alpha[here + i] + Score(g, emissions, vocab, t, a) + beta[next + j] >=
-                   best - output_beam)) {
-        return;
+      if (cut) {
+        const double through = alpha[here + i] + Score(g, emissions, vocab, t, a);
+        Relax(through, &alpha[next + j]);
+        if (!(through + beta[next + j] >= best - output_beam)) return;
       }
       kept.push_back({t, static_cast<int32_t>(i), j, a});
     });
+    for (int64_t j = 0; j < f.Size(t + 1); ++j) open[next + j] = opened(next + j);
   }
   if (cut) {
     // Arcs within the beam of a finite best lie on such paths; with
@@ -249,18 +250,20 @@ bool Valid(const Graph& g, int64_t vocab, const int32_t* rows, int64_t slots, in
 
 extern "C" {
 
-// Builds the lattice of one utterance. Returns 0 and a handle (sizes[0]:
+// Builds the lattice of one utterance (`searched`: the rows come from a
+// beam search, so every active state is reachable). Returns 0 and a handle (sizes[0]:
 // states, sizes[1]: arcs) for SjPrunedLatticeTake, 1 for inconsistent
 // tables, 2 when out of memory.
 int SjPrunedLattice(int64_t num_states, int64_t num_arcs, const int32_t* out_start,
                     const int32_t* dst, const int32_t* label, const int32_t* position,
                     const double* weight, const double* final_weight, const double* emissions,
                     int64_t vocab, const int32_t* rows, int64_t slots, int64_t length,
-                    double output_beam, void** handle, int64_t* sizes) {
+                    double output_beam, int64_t searched, void** handle, int64_t* sizes) {
   const Graph g{num_states, num_arcs, out_start, dst, label, position, weight, final_weight};
   if (!Valid(g, vocab, rows, slots, length)) return 1;
   try {
-    Lattice* lattice = new Lattice(Build(g, emissions, vocab, rows, slots, length, output_beam));
+    Lattice* lattice =
+        new Lattice(Build(g, emissions, vocab, rows, slots, length, output_beam, searched != 0));
     sizes[0] = lattice->num_states;
     sizes[1] = static_cast<int64_t>(lattice->src.size());
     *handle = lattice;

@@ -56,10 +56,14 @@ def pruned_lattice(
     rows: np.ndarray,
     length: int,
     output_beam: float,
+    *,
+    searched: bool,
 ) -> LatticeStructure:
-    """As `decoding.host.pruned_lattice.pruned_lattice`, from the search's
-    rows int32 [>= length + 1, K] (row t: the states active after t frames,
-    -1 empty) and emissions float64 [T, V] (values)."""
+    """As `decoding.host.pruned_lattice.pruned_lattice`, from the rows
+    int32 [>= length + 1, K] (row t: the states active after t frames, -1
+    empty) and emissions float64 [T, V] (values). `searched`: the rows
+    come from a beam search (so every active state is reachable from the
+    start, and the pass that finds those is skipped)."""
     build = loader.host_function("SjPrunedLattice")
     take = loader.host_function("SjPrunedLatticeTake")
     i32 = lambda array: np.ascontiguousarray(array, np.int32)
@@ -80,6 +84,7 @@ def pruned_lattice(
         ctypes.c_int64(active.shape[1]),
         ctypes.c_int64(length),
         ctypes.c_double(output_beam),
+        ctypes.c_int64(int(searched)),
         ctypes.byref(handle),
         _pointer(sizes, ctypes.c_int64),
     )

@@ -128,13 +128,7 @@ def pruned_lattice(
                 read,
                 last_final,
             )
-            ends = np.zeros(sizes[length], bool)  # the final states on a path
-            if length:
-                ends[dst[length - 1][keep[length - 1]]] = True
-            else:
-                ends[0] = True
-            ends &= last_final > -np.inf
-            best = np.max(alpha[length][ends] + last_final[ends], initial=-np.inf)
+            best = beta[0][0]  # the best path's score (-inf: none)
             for t in range(length):
                 through = alpha[t][src[t]] + score[t] + beta[t + 1][dst[t]]
                 keep[t] &= through >= best - output_beam  # False where not connected

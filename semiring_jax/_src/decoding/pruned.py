@@ -4,8 +4,9 @@ The search (`decoding/beam_search.py`) is traced and compiled: static
 shapes, K state slots per frame, work per frame bounded by the active
 states' arcs. Its record of the active states per frame comes to the host,
 where `decoding/host/pruned_lattice.py` keeps the arcs between them within
-the output beam; the lattice's weights are then JAX gathers of the graph's
-weights and the emissions (`dense/lattice.py`), as in `intersect_dense`.
+the output beam; the lattice's weights are then one JAX gather of the graph's
+weights and the emissions for the batch (`dense/lattice.py`), as in
+`intersect_dense`.
 Where the CPU kernels are built, `kernels/beam_search.cc` makes the
 search's choices by token passing and `kernels/pruned_lattice.cc` builds
 the same lattice (the traced search and numpy serve elsewhere).
@@ -23,13 +24,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from semiring_jax._src.core import checks
-from semiring_jax._src.core.batch import stack_entries
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.decoding import beam_search
 from semiring_jax._src.decoding.host import pruned_lattice
 from semiring_jax._src.dense.dense import check_emissions, check_graph, check_lengths
 from semiring_jax._src.dense.host.lattice_structure import LatticeStructure
-from semiring_jax._src.dense.lattice import graph_entry, lattice_fsa
+from semiring_jax._src.dense.lattice import graph_entry, lattice_batch
 from semiring_jax._src.kernels import beam_search_ops, pruned_lattice_ops
 from semiring_jax._src.structural.arc_map import parts_of
 from semiring_jax._src.structural.host.structure import Parts
@@ -169,11 +169,8 @@ def intersect_dense_pruned(
             structures = list(pool.map(lambda args: structure(*args), inputs))
     else:
         structures = [structure(*args) for args in inputs]
-    found = [
-        lattice_fsa(host.fsa, host.parts, emissions[b], structures[b], int(lengths[b]))
-        for b, host in enumerate(graphs)
-    ]
-    return stack_entries([fsa for fsa, _ in found], lengths=[known for _, known in found])
+    parts = [host.parts for host in graphs]
+    return lattice_batch(graph, parts, emissions, structures, lengths.tolist())
 
 
 class _HostGraph(NamedTuple):

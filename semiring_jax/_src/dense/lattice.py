@@ -8,6 +8,8 @@ both.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -22,7 +24,7 @@ from semiring_jax._src.dense.host import lattice_structure
 from semiring_jax._src.structural.arc_map import parts_of, placeholder
 from semiring_jax._src.structural.host.structure import Parts
 
-__all__ = ["intersect_dense"]
+__all__ = ["intersect_dense", "lattice_batch"]
 
 
 def intersect_dense(
@@ -74,11 +76,15 @@ def intersect_dense(
     check_graph(graph, batch, num_columns, emissions.dtype, "intersect_dense")
     # Each lattice is built once, in the stack; its longest paths are known
     # from the frames (see `_path_lengths`).
+    if graph.batch_shape:
+        parts = [parts_of(graph_entry(graph, b), "intersect_dense") for b in range(batch)]
+    else:  # a shared graph's, read once
+        parts = [parts_of(graph, "intersect_dense")] * batch
     found = [
-        _one_lattice(graph_entry(graph, b), emissions[b], int(lengths[b])) for b in range(batch)
+        lattice_structure.lattice_structure(p.num_states, p.src, p.dst, p.is_final, int(lengths[b]))
+        for b, p in enumerate(parts)
     ]
-    lattices, path_lengths = [fsa for fsa, _ in found], [known for _, known in found]
-    return stack_entries(lattices, lengths=path_lengths)
+    return lattice_batch(graph, parts, emissions, found, [int(n) for n in lengths])
 
 
 def graph_entry(graph: Fsa, b: int) -> Fsa:
@@ -99,41 +105,65 @@ def _path_lengths(found: lattice_structure.LatticeStructure, length: int) -> lev
     return levels.PathLengths(frame, length - frame)
 
 
-def _one_lattice(graph: Fsa, emissions: jax.Array, length: int) -> tuple[Fsa, levels.PathLengths]:
-    """One utterance's lattice, its tables not built (for `stack_entries`),
-    and its longest paths."""
-    parts = parts_of(graph, "intersect_dense")  # concrete structure, real arcs
-    found = lattice_structure.lattice_structure(
-        parts.num_states, parts.src, parts.dst, parts.is_final, length
-    )
-    return lattice_fsa(graph, parts, emissions, found, length)
-
-
-def lattice_fsa(
-    graph: Fsa,
-    parts: Parts,
-    emissions: jax.Array,
-    found: lattice_structure.LatticeStructure,
-    length: int,
-) -> tuple[Fsa, levels.PathLengths]:
-    """The lattice Fsa of a structure over `graph`'s real arcs (`parts`),
-    its weights JAX gathers of the graph's and of `emissions` [T, V] (not
-    built, for `stack_entries`), and its longest paths."""
-    arcs = np.flatnonzero(np.asarray(graph.arc_mask))[found.arc]
-    labels = parts.ilabel[found.arc]
-    weight = graph.weight[arcs] + emissions[found.frame, labels]
-    final_weight = jnp.where(
-        found.final_state >= 0, graph.final_weight[np.maximum(found.final_state, 0)], -jnp.inf
-    )
-    fsa = placeholder(
+def _structure_fsa(graph: Fsa, parts: Parts, found: lattice_structure.LatticeStructure) -> Fsa:
+    """The lattice's structure as a deferred Fsa (weights not set)."""
+    return placeholder(
         found.num_states,
         found.src,
         found.dst,
-        labels,
+        parts.ilabel[found.arc],
         parts.olabel[found.arc],
         graph.dtype,
         graph.is_acceptor,
         is_final=found.final_state >= 0,
         defer=True,
-    ).replace(weight=weight, final_weight=final_weight)
-    return fsa, _path_lengths(found, length)
+    )
+
+
+def lattice_batch(
+    graph: Fsa,
+    parts: Sequence[Parts],
+    emissions: jax.Array,
+    found: Sequence[lattice_structure.LatticeStructure],
+    lengths: Sequence[int],
+) -> Fsa:
+    """The batched lattice of one structure per utterance, its weights one
+    JAX gather for the whole batch (an op per utterance would be compiled
+    anew for each lattice's sizes).
+
+    Args:
+      graph: the graph, shared or batched with B entries.
+      parts: each utterance's graph entry's real arcs (`parts_of`).
+      emissions: float [B, T, V].
+      found: each utterance's `LatticeStructure` over its `parts`.
+      lengths: each utterance's frames.
+    Returns:
+      The lattices stacked, as `stack_entries` pads them.
+    """
+    entries = [graph_entry(graph, b) for b in range(len(found))] if graph.batch_shape else None
+    shells = [
+        _structure_fsa(graph if entries is None else entries[b], parts[b], found[b])
+        for b in range(len(found))
+    ]
+    known = [_path_lengths(f, length) for f, length in zip(found, lengths, strict=True)]
+    stacked = stack_entries(shells, lengths=known)
+    num_arcs, num_states = stacked.num_arcs, stacked.num_states
+    # Host index arrays [B, M] and [B, N]: graph arc, frame, label; the
+    # graph state of each final lattice state (0 where none).
+    real = np.atleast_2d(np.asarray(graph.arc_mask))  # [1 or B, A]
+    arc = np.zeros((len(found), num_arcs), np.int32)
+    frame, label = np.zeros_like(arc), np.zeros_like(arc)
+    state = np.zeros((len(found), num_states), np.int32)
+    for b, f in enumerate(found):
+        count = f.arc.size
+        arc[b, :count] = np.flatnonzero(real[b if graph.batch_shape else 0])[f.arc]
+        frame[b, :count], label[b, :count] = f.frame, parts[b].ilabel[f.arc]
+        state[b, : f.final_state.size] = np.maximum(f.final_state, 0)
+    rows = np.arange(len(found), dtype=np.int32)[:, None]
+    if graph.batch_shape:
+        graph_weight, graph_final = graph.weight[rows, arc], graph.final_weight[rows, state]
+    else:
+        graph_weight, graph_final = graph.weight[arc], graph.final_weight[state]
+    weight = jnp.where(stacked.arc_mask, graph_weight + emissions[rows, frame, label], -jnp.inf)
+    final_weight = jnp.where(stacked.final_mask, graph_final, -jnp.inf)
+    return stacked.replace(weight=weight, final_weight=final_weight)

@@ -112,12 +112,12 @@ def kaldi_graph(arcs, finals, num_states):
     return fst
 
 
-def kaldi_decode(fst, emissions, lengths):
+def kaldi_decode(fst, emissions, lengths, beam):
     """Each utterance's best token sequence (one per frame) by FasterDecoder."""
     import kaldi_decoder
     import kaldifst
 
-    options = kaldi_decoder.FasterDecoderOptions(beam=20.0, max_active=7000, min_active=30)
+    options = kaldi_decoder.FasterDecoderOptions(beam=beam, max_active=7000, min_active=30)
     decoder = kaldi_decoder.FasterDecoder(fst, options)
     paths = []
     for b in range(len(lengths)):
@@ -136,6 +136,7 @@ def main() -> None:
         "--max-arcs", type=int, default=None, help="intersect_dense_pruned's cap on arcs per frame"
     )
     parser.add_argument("--nbest", type=int, default=100, help="n of the n-best comparison")
+    parser.add_argument("--search-beam", type=float, default=20.0, help="both searches' beam")
     args = parser.parse_args()
     rng = np.random.default_rng(SEED)
     arcs, finals, prons, bigram, num_states = hlg_graph(rng, args.words)
@@ -144,7 +145,7 @@ def main() -> None:
     frames = int(lengths.sum())
     print(
         f"jax {jax.__version__}; graph: {num_states} states, {len(arcs)} arcs; "
-        f"(B, T, V) = ({B}, {T}, {V}), {frames} frames"
+        f"(B, T, V) = ({B}, {T}, {V}), {frames} frames; search_beam {args.search_beam:g}"
     )
     e = jnp.asarray(emissions)
 
@@ -153,7 +154,7 @@ def main() -> None:
             graph,
             e,
             lengths,
-            search_beam=20.0,
+            search_beam=args.search_beam,
             output_beam=8.0,
             max_active=7000,
             max_arcs=args.max_arcs,
@@ -176,7 +177,7 @@ def main() -> None:
     pruned_scores = sj.tot_score(lattice, sj.TROPICAL)
     fst = kaldi_graph(arcs, finals, num_states)
     start = time.perf_counter()
-    kaldi_paths = kaldi_decode(fst, emissions, lengths)
+    kaldi_paths = kaldi_decode(fst, emissions, lengths, args.search_beam)
     timings["kaldi"] = time.perf_counter() - start
     same_pruned = same_kaldi = 0
     for b in range(B):

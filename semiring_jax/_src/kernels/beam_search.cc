@@ -89,22 +89,29 @@ bool SearchOne(const Graph& g, const T* weight, const T* rows, int64_t vocab, in
         }
       }
     }
+    T top = kNegInf<T>;
     for (int64_t i = 0; i < count; ++i) {
       const int32_t d = touched[i];
       reached[i] = {best[d], first[d], d};
+      top = std::max(top, best[d]);
       best[d] = kNegInf<T>;
     }
+    // Kept: a prefix of the reached in (score descending, edge ascending)
+    // order, at most K long: those within the beam of the best, but at
+    // least the min_active first. So only the within-beam ones are sorted,
+    // or, when fewer than min_active are, the min_active best of all.
     const auto before = [](const Candidate<T>& x, const Candidate<T>& y) {
       return x.score > y.score || (x.score == y.score && x.edge < y.edge);
     };
-    const int64_t kept = std::min(kept_max, count);
-    std::partial_sort(reached, reached + kept, reached + count, before);
-    const T threshold = kept > 0 ? reached[0].score - beam : T(0);
-    int64_t n = 0;
-    for (; n < kept; ++n) {
-      if (!(reached[n].score >= threshold || n < min_active)) break;  // sorted: the rest fail too
-      states[n] = reached[n].state;
-      scores[n] = reached[n].score;
+    const T threshold = top - beam;
+    Candidate<T>* within = std::partition(
+        reached, reached + count, [threshold](const Candidate<T>& c) { return c.score >= threshold; });
+    const int64_t w = within - reached;
+    const int64_t n = std::min({kept_max, count, std::max(w, min_active)});
+    std::partial_sort(reached, reached + n, reached + (n <= w ? w : count), before);
+    for (int64_t k = 0; k < n; ++k) {
+      states[k] = reached[k].state;
+      scores[k] = reached[k].score;
     }
     std::fill(states + n, states + slots, -1);
     std::fill(scores + n, scores + slots, kNegInf<T>);

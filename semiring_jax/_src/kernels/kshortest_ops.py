@@ -40,13 +40,7 @@ def k_shortest(
     arc, target, label = i64(moves.arc), i64(moves.target), i64(moves.label)
     # The function indexes the moves by these: they must agree.
     assert offsets.size == num_states + 2 and offsets[-1] == value.size, (offsets.size, value.size)
-    paths = Paths(
-        np.zeros((n, slots), np.int32),
-        np.zeros(n, np.int32),
-        np.zeros(n, np.int32),
-        np.zeros(n, bool),
-        np.full(n, -np.inf),
-    )
+    paths = Paths.empty(n, slots)
     found = search(
         ctypes.c_int64(num_states),
         _pointer(offsets, ctypes.c_int64),

@@ -69,6 +69,17 @@ class Paths(NamedTuple):
     found: np.ndarray  # bool [n]
     scores: np.ndarray  # float64 [n]: -inf where not found
 
+    @classmethod
+    def empty(cls, n: int, slots: int) -> Paths:
+        """n paths, none found yet."""
+        return cls(
+            np.zeros((n, slots), np.int32),
+            np.zeros(n, np.int32),
+            np.zeros(n, np.int32),
+            np.zeros(n, bool),
+            np.full(n, -np.inf),
+        )
+
 
 def best_to_end(
     num_states: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray, final: np.ndarray
@@ -231,13 +242,7 @@ def k_shortest(
     if compiled is not None and best > -np.inf:
         return compiled(moves, num_states, best, n, unique, slots)
     ends = _search(moves, num_states, best, n, unique)
-    paths = Paths(
-        np.zeros((n, slots), np.int32),
-        np.zeros(n, np.int32),
-        np.zeros(n, np.int32),
-        np.zeros(n, bool),
-        np.full(n, -np.inf),
-    )
+    paths = Paths.empty(n, slots)
     for j, end in enumerate(ends):
         arcs = []
         node = end.parent

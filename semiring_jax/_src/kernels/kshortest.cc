@@ -104,11 +104,21 @@ extern "C" {
 
 // The n best paths (strings) from state 0: writes their end items' chains
 // into arcs [n, slots], lengths, final_states, scores [n]; returns how many
-// were found, -1 for a path longer than slots, -2 when out of memory.
+// were found, -1 for a path longer than slots, -2 when out of memory, -3
+// for inconsistent moves.
 int64_t SjKShortest(int64_t num_states, const int64_t* offsets, const double* value,
                     const double* weight, const int64_t* arc, const int64_t* target,
                     const int64_t* label, double best, int64_t n, int64_t unique, int64_t slots,
                     int32_t* arcs, int32_t* lengths, int32_t* final_states, double* scores) {
+  // The moves index each other in range (the caller's tables, but a bad
+  // one must be an error, never a stray read).
+  if (num_states < 1 || n < 1 || slots < 0 || offsets[0] != 0) return -3;
+  for (int64_t s = 0; s <= num_states; ++s) {
+    if (offsets[s + 1] < offsets[s]) return -3;
+  }
+  for (int64_t m = 0; m < offsets[num_states + 1]; ++m) {
+    if (target[m] < 0 || target[m] > num_states) return -3;
+  }
   try {
     const Moves moves{offsets, value, weight, arc, target, label};
     Search s{moves, num_states, n, unique != 0, {}, {}, {}, {}};

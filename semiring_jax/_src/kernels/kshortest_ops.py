@@ -59,6 +59,6 @@ def k_shortest(
     if found == -2:
         raise MemoryError("nbest: out of memory in the search")
     if found < 0:
-        raise AssertionError("nbest: a path longer than its slots (a bug)")
+        raise AssertionError(f"nbest: inconsistent moves or slots (a bug), code {found}")
     paths.found[:found] = True
     return paths

@@ -27,7 +27,7 @@ from semiring_jax._src.core import checks
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.decoding import beam_search
 from semiring_jax._src.decoding.host import pruned_lattice
-from semiring_jax._src.dense.dense import check_emissions, check_graph, check_lengths
+from semiring_jax._src.dense.dense import check_inputs
 from semiring_jax._src.dense.host.lattice_structure import LatticeStructure
 from semiring_jax._src.dense.lattice import graph_entry, lattice_batch
 from semiring_jax._src.kernels import beam_search_ops, pruned_lattice_ops
@@ -135,13 +135,8 @@ def intersect_dense_pruned(
       >>> print(jnp.round(jnp.exp(sj.tot_score(lattice)), 4))
       [0.675]
     """
-    emissions = check_emissions(emissions, _FN)
-    batch, num_frames, num_columns = emissions.shape
-    if lengths is None:
-        lengths = np.full(batch, num_frames)
-    lengths = checks.concrete(lengths, "lengths", _FN)
-    check_lengths(lengths, batch, num_frames, _FN, "lengths", "T")
-    check_graph(graph, batch, num_columns, emissions.dtype, _FN)
+    emissions, lengths = check_inputs(graph, emissions, lengths, _FN, host=True)
+    batch = emissions.shape[0]
     _check_beams(search_beam, output_beam, min_active, max_active)
     if max_arcs is not None:
         checks.check_int(max_arcs, "max_arcs", _FN, 1)

@@ -120,6 +120,23 @@ def check_lengths(
     return jnp.clip(lengths, 0, limit).astype(jnp.int32)
 
 
+def check_inputs(
+    graph: Any, emissions: Any, lengths: Any, fn: str, *, host: bool = False
+) -> tuple[jax.Array, Any]:
+    """The checks every dense op makes of (graph, emissions [B, T, V],
+    lengths [B] or None for T): (emissions, int32 lengths), the lengths as
+    numpy values with `host` (they must be concrete: the op builds on the
+    host), else a JAX array."""
+    emissions = check_emissions(emissions, fn)
+    batch, num_frames, num_columns = emissions.shape
+    if host:
+        lengths = np.full(batch, num_frames) if lengths is None else lengths
+        lengths = checks.concrete(lengths, "lengths", fn)
+    checked = check_lengths(lengths, batch, num_frames, fn, "lengths", "T")
+    check_graph(graph, batch, num_columns, emissions.dtype, fn)
+    return emissions, np.asarray(lengths, np.int32) if host else checked
+
+
 def check_graph(graph: Any, batch: int, num_columns: int, dtype: np.dtype, fn: str) -> None:
     """Raises unless `graph` is an Fsa shared by the batch or one per entry,
     with labels in [0, V) (checked when concrete) and the emissions' dtype."""
@@ -379,10 +396,7 @@ def dense_tot_score(
       >>> print(jnp.round(jnp.exp(sj.dense_tot_score(graph, emissions)), 4))
       [0.75]
     """
-    emissions = check_emissions(emissions, "dense_tot_score")
-    batch, num_frames, num_columns = emissions.shape
-    lengths = check_lengths(lengths, batch, num_frames, "dense_tot_score", "lengths", "T")
-    check_graph(graph, batch, num_columns, emissions.dtype, "dense_tot_score")
+    emissions, lengths = check_inputs(graph, emissions, lengths, "dense_tot_score")
     return _dense_tot_score(graph, emissions, lengths, semiring)
 
 
@@ -483,8 +497,5 @@ def viterbi_decode(
       >>> print(labels, jnp.round(jnp.exp(scores), 4))
       [[0 1 1]] [0.405]
     """
-    emissions = check_emissions(emissions, "viterbi_decode")
-    batch, num_frames, num_columns = emissions.shape
-    lengths = check_lengths(lengths, batch, num_frames, "viterbi_decode", "lengths", "T")
-    check_graph(graph, batch, num_columns, emissions.dtype, "viterbi_decode")
+    emissions, lengths = check_inputs(graph, emissions, lengths, "viterbi_decode")
     return _viterbi_decode(graph, emissions, lengths)

@@ -15,11 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 import numpy.typing as npt
 
-from semiring_jax._src.core import checks
 from semiring_jax._src.core.batch import stack_entries
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.host import levels
-from semiring_jax._src.dense.dense import check_emissions, check_graph, check_lengths
+from semiring_jax._src.dense.dense import check_inputs
 from semiring_jax._src.dense.host import lattice_structure
 from semiring_jax._src.structural.arc_map import parts_of, placeholder
 from semiring_jax._src.structural.host.structure import Parts
@@ -67,13 +66,8 @@ def intersect_dense(
       >>> print(jnp.round(jnp.exp(sj.tot_score(lattice)), 4))
       [0.75]
     """
-    emissions = check_emissions(emissions, "intersect_dense")
-    batch, num_frames, num_columns = emissions.shape
-    if lengths is None:
-        lengths = np.full(batch, num_frames)
-    lengths = checks.concrete(lengths, "lengths", "intersect_dense")
-    check_lengths(lengths, batch, num_frames, "intersect_dense", "lengths", "T")
-    check_graph(graph, batch, num_columns, emissions.dtype, "intersect_dense")
+    emissions, frames = check_inputs(graph, emissions, lengths, "intersect_dense", host=True)
+    batch = emissions.shape[0]
     # Each lattice is built once, in the stack; its longest paths are known
     # from the frames (see `_path_lengths`).
     if graph.batch_shape:
@@ -81,10 +75,10 @@ def intersect_dense(
     else:  # a shared graph's, read once
         parts = [parts_of(graph, "intersect_dense")] * batch
     found = [
-        lattice_structure.lattice_structure(p.num_states, p.src, p.dst, p.is_final, int(lengths[b]))
+        lattice_structure.lattice_structure(p.num_states, p.src, p.dst, p.is_final, int(frames[b]))
         for b, p in enumerate(parts)
     ]
-    return lattice_batch(graph, parts, emissions, found, [int(n) for n in lengths])
+    return lattice_batch(graph, parts, emissions, found, frames.tolist())
 
 
 def graph_entry(graph: Fsa, b: int) -> Fsa:

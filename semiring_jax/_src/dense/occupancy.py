@@ -22,12 +22,7 @@ import numpy as np
 from semiring_jax._src.core import checks
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.semiring import LOG, Semiring
-from semiring_jax._src.dense.dense import (
-    check_emissions,
-    check_graph,
-    check_lengths,
-    dense_tot_score,
-)
+from semiring_jax._src.dense.dense import check_inputs, dense_tot_score
 
 __all__ = ["dense_occupancy"]
 
@@ -94,10 +89,8 @@ def dense_occupancy(
         raise ValueError(f"dense_occupancy: over must be 'labels' or 'states', got {over!r}")
     if isinstance(lengths, Semiring):  # dense_occupancy(graph, emissions, sj.TROPICAL)
         raise TypeError("dense_occupancy: lengths is a Semiring; pass it by keyword, semiring=...")
-    emissions = check_emissions(emissions, "dense_occupancy")
-    batch, num_frames, num_columns = emissions.shape
-    lengths = check_lengths(lengths, batch, num_frames, "dense_occupancy", "lengths", "T")
-    check_graph(graph, batch, num_columns, emissions.dtype, "dense_occupancy")
+    emissions, lengths = check_inputs(graph, emissions, lengths, "dense_occupancy")
+    batch, _, num_columns = emissions.shape
     if over == "labels":
         return _label_occupancy(graph, emissions, lengths, semiring)
     pair_of_arc, pair_label, pair_state = _pairs(graph, batch, num_columns)

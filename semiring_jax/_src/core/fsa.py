@@ -604,10 +604,6 @@ class Fsa:
         `arc_mask` changes the structure: they must be concrete and the
         schedule is rebuilt.
 
-        An acceptor's labels are one: replacing its `ilabel` replaces
-        both sides, and replacing its `olabel` with other labels than its
-        `ilabel` (or with traced ones) gives a transducer.
-
         Replacing `final_weight` keeps which states are final, as replacing
         `weight` keeps the arcs, whether the new values are traced or not:
         a -inf value leaves a state final with weight zero, and a value at a
@@ -658,10 +654,7 @@ class Fsa:
                 raise ValueError(
                     f"replace: {name} must hold integers, got {np.result_type(fields[name])}"
                 )
-        changes = {name: _as_array(v) for name, v in fields.items()}
-        if self.is_acceptor and ("ilabel" in changes or "olabel" in changes):
-            changes.update(_acceptor_labels(self, changes))
-        new = _with_fields(self, changes)
+        new = _with_fields(self, {name: _as_array(v) for name, v in fields.items()})
         _check_weight_dtypes(new)
         for name in ("weight", "final_weight"):
             value = getattr(new, name)
@@ -728,23 +721,6 @@ def _with_fields(fsa: Fsa, fields: dict[str, Any]) -> Fsa:
     for name, value in fields.items():
         object.__setattr__(new, name, value)
     return new
-
-
-def _acceptor_labels(fsa: Fsa, changes: dict[str, Any]) -> dict[str, Any]:
-    """An acceptor's labels after `replace`: a new `ilabel` alone relabels
-    both sides (it stays an acceptor); a new `olabel` makes it a transducer
-    unless it is the (new) ilabel itself or, concrete, equal to it."""
-    ilabel = changes.get("ilabel", fsa.ilabel)
-    if "olabel" not in changes:
-        return {"olabel": ilabel}
-    olabel = changes["olabel"]
-    same = olabel is ilabel or (
-        not checks.is_traced(olabel)
-        and not checks.is_traced(ilabel)
-        and np.shape(olabel) == np.shape(ilabel)
-        and bool(np.array_equal(np.asarray(olabel), np.asarray(ilabel)))
-    )
-    return {} if same else {"is_acceptor": False}
 
 
 def _as_array(value: Any) -> Any:

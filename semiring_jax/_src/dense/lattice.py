@@ -134,11 +134,8 @@ def lattice_batch(
     Returns:
       The lattices stacked, as `stack_entries` pads them.
     """
-    entries = [graph_entry(graph, b) for b in range(len(found))] if graph.batch_shape else None
-    shells = [
-        _structure_fsa(graph if entries is None else entries[b], parts[b], found[b])
-        for b in range(len(found))
-    ]
+    # A shell reads only the graph's dtype and kind, which its entries share.
+    shells = [_structure_fsa(graph, p, f) for p, f in zip(parts, found, strict=True)]
     known = [_path_lengths(f, length) for f, length in zip(found, lengths, strict=True)]
     stacked = stack_entries(shells, lengths=known)
     num_arcs, num_states = stacked.num_arcs, stacked.num_states

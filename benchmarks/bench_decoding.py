@@ -22,8 +22,9 @@ bigram, each token held 1-4 frames, emissions log_softmax(N(0, 1) logits
 + 3 on the true token; `--peak` sets the 3). At 3 the true token has about
 2.4 % of a frame's mass, flatter than a trained model's posteriors, so a
 beam of 20 keeps most states; `--peak 8` (about 78 %) is closer to them.
-Prints seconds, frames per second, ratios, and how many utterances each
-search's best path agrees with the exact one on.
+Prints median seconds of round-robin calls (`timing.interleaved_medians`),
+frames per second, ratios, and how many utterances each search's best path
+agrees with the exact one on.
 
 Run:
     .venv/bin/python benchmarks/bench_decoding.py            # W = 1,000 (~10^6 arcs)
@@ -39,11 +40,14 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from timing import Reps, interleaved_medians
 
 import semiring_jax as sj
 
 SEED = 20261202
 B, T, V = 8, 500, 500
+# Medians of round-robin calls: single calls here drift by 1.5x run to run.
+REPS = Reps(min_runs=3, max_runs=7, budget_s=20.0)
 
 
 def hlg_graph(rng: np.random.Generator, words: int):
@@ -160,35 +164,35 @@ def main() -> None:
     e = jnp.asarray(emissions)
 
     def pruned():
-        return sj.intersect_dense_pruned(
-            graph,
-            e,
-            lengths,
-            search_beam=args.search_beam,
-            output_beam=8.0,
-            max_active=7000,
-            max_arcs=args.max_arcs,
+        return jax.block_until_ready(
+            sj.intersect_dense_pruned(
+                graph,
+                e,
+                lengths,
+                search_beam=args.search_beam,
+                output_beam=8.0,
+                max_active=7000,
+                max_arcs=args.max_arcs,
+            )
         )
 
     def exact():
         return jax.block_until_ready(sj.viterbi_decode(graph, e, lengths))
 
-    timings = {}
-    for name, fn in (("pruned", pruned), ("exact", exact)):
-        fn()  # compile
-        start = time.perf_counter()
-        result = fn()
-        timings[name] = time.perf_counter() - start
-        if name == "pruned":
-            lattice = result
-        else:
-            exact_labels, exact_scores = result
+    fst = kaldi_graph(arcs, finals, num_states)
+    timings = interleaved_medians(
+        {
+            "pruned": pruned,
+            "exact": exact,
+            "kaldi": lambda: kaldi_decode(fst, emissions, lengths, args.search_beam),
+        },
+        REPS,
+    )
+    lattice = pruned()
+    exact_labels, exact_scores = exact()
+    kaldi_paths = kaldi_decode(fst, emissions, lengths, args.search_beam)
     best = sj.best_path(lattice)
     pruned_scores = sj.tot_score(lattice, sj.TROPICAL)
-    fst = kaldi_graph(arcs, finals, num_states)
-    start = time.perf_counter()
-    kaldi_paths = kaldi_decode(fst, emissions, lengths, args.search_beam)
-    timings["kaldi"] = time.perf_counter() - start
     same_pruned = same_kaldi = 0
     for b in range(B):
         truth = np.asarray(exact_labels[b, : lengths[b]])

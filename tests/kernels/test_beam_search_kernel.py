@@ -1,6 +1,7 @@
-"""The beam search's CPU kernel (`_src/kernels/beam_search.cc`) against the
-traced search (`decoding/beam_search.py`): the same states in the same
-slots after every frame, on random cyclic graphs with ties, -inf weights,
+"""The beam search's compiled host function (`_src/kernels/beam_search.cc`)
+against the traced search (`decoding/beam_search.py`): the same states in
+the same slots after every frame (its packed rows padded as the traced
+search pads them), on random cyclic graphs with ties, -inf weights,
 zero lengths, small slot counts, `min_active`, finite and infinite beams
 and capped expansions; and utterances with a NaN or +inf candidate
 flagged for the traced search.
@@ -46,10 +47,24 @@ def _both(inputs, slots, min_active, search_beam, max_arcs):
         jnp.asarray(search_beam, emissions.dtype),
         **sizes,
     )
-    kernel, flagged = beam_search_ops.beam_search(
-        *tables, weights, jnp.asarray(emissions), lengths, search_beam=search_beam, **sizes
+    host = beam_search_ops.SearchTables(
+        *(np.asarray(table) for table in tables), np.asarray(weights), graph.expand
     )
-    return np.asarray(traced), np.asarray(kernel), np.asarray(flagged)
+    kernel, flagged = np.full(traced.shape, -2, np.int32), np.zeros(B, np.int32)
+    for b in range(B):
+        found = beam_search_ops.search(
+            host,
+            emissions[b],
+            int(lengths[b]),
+            search_beam=search_beam,
+            slots=slots,
+            min_active=sizes["min_active"],
+        )
+        if found is None:
+            flagged[b] = 1
+        else:
+            kernel[b] = found.padded(T, slots)
+    return np.asarray(traced), kernel, flagged
 
 
 @settings(max_examples=15, deadline=None)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from semiring_jax._src.decoding import beam_search
 from semiring_jax._src.decoding.host import pruned_lattice
+from semiring_jax._src.decoding.host.active_rows import ActiveRows
 from semiring_jax._src.kernels import loader, pruned_lattice_ops
 
 pytestmark = pytest.mark.skipif(not loader.enabled(), reason="the CPU kernels are not built")
@@ -56,7 +57,7 @@ def test_kernel_builds_the_numpy_lattice(seed, odd, output_beam):
         search.out_start, search.dst[:-1], search.label[:-1], order, weight[order], final
     )
     found = pruned_lattice_ops.pruned_lattice(
-        graph, emissions, rows, length, output_beam, searched=False
+        graph, emissions, ActiveRows.from_padded(rows, length), length, output_beam, searched=False
     )
     assert found.num_states == expected.num_states
     for name in ("src", "dst", "arc", "frame", "final_state"):

@@ -1,21 +1,20 @@
 """`intersect_dense_pruned`: a beam search, then the lattice it leaves.
 
-The search (`decoding/beam_search.py`) is traced and compiled: static
-shapes, K state slots per frame, work per frame bounded by the active
-states' arcs. Its record of the active states per frame comes to the host,
-where `decoding/host/pruned_lattice.py` keeps the arcs between them within
-the output beam; the lattice's weights are then one JAX gather of the graph's
-weights and the emissions for the batch (`dense/lattice.py`), as in
-`intersect_dense`.
-Where the CPU kernels are built, `kernels/beam_search.cc` makes the
-search's choices by token passing and `kernels/pruned_lattice.cc` builds
-the same lattice (the traced search and numpy serve elsewhere).
+Where the CPU kernels are built, each utterance is one task (a thread per
+core): `kernels/beam_search.cc` searches it by token passing and returns
+the states kept after each frame (`ActiveRows`), and
+`kernels/pruned_lattice.cc` keeps the arcs between them within the output
+beam. Elsewhere, and for an utterance whose search met a NaN or +inf, the
+search is traced (`decoding/beam_search.py`: static shapes, K state slots
+per frame) and its padded rows go to the same lattice builder, or to
+numpy's (`decoding/host/pruned_lattice.py`). The lattice's weights are
+then one JAX gather of the graph's weights and the emissions for the
+batch (`dense/lattice.py`), as in `intersect_dense`.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import os
 from typing import Any, NamedTuple
 
@@ -27,6 +26,7 @@ from semiring_jax._src.core import checks
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.decoding import beam_search
 from semiring_jax._src.decoding.host import pruned_lattice
+from semiring_jax._src.decoding.host.active_rows import ActiveRows
 from semiring_jax._src.dense.dense import check_inputs
 from semiring_jax._src.dense.host.lattice_structure import LatticeStructure
 from semiring_jax._src.dense.lattice import graph_entry, lattice_batch
@@ -93,8 +93,10 @@ def intersect_dense_pruned(
     lattice is built by compiled code too, a thread per core. Ties between
     states at the max_active cut go to the state reached first (by the
     slot order of its best arc's source, then the arc's order), as
-    `jax.lax.top_k` breaks them. Memory: the graph, a record of the active
-    states of every frame (int32 [B, T + 1, K]) and the lattice.
+    `jax.lax.top_k` breaks them. Memory: the graph and the lattice, and
+    for the search the states kept after each frame of the utterances
+    being searched (one per core; the traced search holds int32
+    [B, T + 1, K] slots).
 
     A NaN score is kept by the search and not cut by the output beam, so
     a NaN emission on a searched arc of some path reaches the lattice's
@@ -140,32 +142,53 @@ def intersect_dense_pruned(
     _check_beams(search_beam, output_beam, min_active, max_active)
     if max_arcs is not None:
         checks.check_int(max_arcs, "max_arcs", _FN, 1)
-    values = _values(emissions)
+    native = jax.lax.stop_gradient(emissions)
+    values = _values(native)
     slots = min(max_active, graph.num_states)
-    graphs = [
-        _HostGraph.of(graph_entry(graph, b), slots, max_arcs)
+    min_active = min(min_active, slots)
+    entries = [
+        _HostGraph.of(graph_entry(graph, b), slots, max_arcs, native.dtype)
         for b in range(batch if graph.batch_shape else 1)
     ]
-    search = functools.partial(
-        _search, search_beam=search_beam, min_active=min(min_active, slots), slots=slots
-    )
-    if graph.batch_shape:  # each utterance its own graph
-        rows = [
-            search(host, emissions[b : b + 1], lengths[b : b + 1])[0]
-            for b, host in enumerate(graphs)
-        ]
-    else:
-        rows = list(search(graphs[0], emissions, lengths))
-        graphs = graphs * batch
-    structure = functools.partial(_structure, output_beam=float(output_beam))
-    inputs = list(zip(graphs, values, rows, lengths.tolist(), strict=True))
-    if pruned_lattice_ops.usable():  # ctypes lets go of the GIL: a thread per core
+    graphs = entries if graph.batch_shape else entries * batch
+    sizes: dict[str, Any] = {
+        "search_beam": float(search_beam),
+        "slots": slots,
+        "min_active": min_active,
+    }
+    compiled = beam_search_ops.usable(native.dtype) and pruned_lattice_ops.usable()
+    structures: list[LatticeStructure | None] = [None] * batch
+    if compiled:
+        # The search, then the lattice, of one utterance a task (ctypes lets
+        # go of the GIL): only the kept states of each frame are held.
+        rows = np.asarray(native)
+
+        def compiled_one(b: int) -> LatticeStructure | None:
+            found = beam_search_ops.search(graphs[b].tables, rows[b], int(lengths[b]), **sizes)
+            if found is None:  # a NaN or +inf candidate: searched again below
+                return None
+            return pruned_lattice_ops.pruned_lattice(
+                graphs[b].lattice, values[b], found, int(lengths[b]), output_beam, searched=True
+            )
+
         with concurrent.futures.ThreadPoolExecutor(min(batch, os.cpu_count() or 1)) as pool:
-            structures = list(pool.map(lambda args: structure(*args), inputs))
-    else:
-        structures = [structure(*args) for args in inputs]
+            structures = list(pool.map(compiled_one, range(batch)))
+    redo = [b for b in range(batch) if structures[b] is None]
+    # The traced search keeps a NaN candidate visible; it serves all where
+    # the compiled functions are not built.
+    for b, padded in zip(redo, _traced_rows(graph, entries, native, lengths, redo, sizes)):
+        length = int(lengths[b])
+        if compiled:
+            found = ActiveRows.from_padded(padded, length)
+            structures[b] = pruned_lattice_ops.pruned_lattice(
+                graphs[b].lattice, values[b], found, length, output_beam, searched=True
+            )
+        else:
+            structures[b] = _numpy_lattice(graphs[b], values[b], padded, length, output_beam)
     parts = [host.parts for host in graphs]
-    return lattice_batch(graph, parts, emissions, structures, lengths.tolist())
+    done = [structure for structure in structures if structure is not None]
+    assert len(done) == batch  # each utterance searched once or again above
+    return lattice_batch(graph, parts, emissions, done, lengths.tolist())
 
 
 class _HostGraph(NamedTuple):
@@ -179,14 +202,16 @@ class _HostGraph(NamedTuple):
     weight: np.ndarray  # float64 [A'], their weights' values
     final_weight: np.ndarray  # float64 [S], -inf where not final
     search: beam_search.SearchGraph  # arc: positions among the real arcs
+    tables: beam_search_ops.SearchTables  # the search's, weights in the emissions' dtype
     lattice: pruned_lattice_ops.LatticeGraph
 
     @classmethod
-    def of(cls, fsa: Fsa, slots: int, max_arcs: int | None) -> _HostGraph:
+    def of(cls, fsa: Fsa, slots: int, max_arcs: int | None, dtype: Any) -> _HostGraph:
         parts = parts_of(fsa, _FN)
         real = np.flatnonzero(checks.concrete(fsa.arc_mask, "arc_mask", _FN))
         final = np.where(parts.is_final, _values(fsa.final_weight), -np.inf)
-        weight = _values(fsa.weight)[real]
+        native = np.asarray(jax.lax.stop_gradient(fsa.weight))[real]
+        weight = native.astype(np.float64)
         search = beam_search.search_graph(
             fsa.num_states,
             parts.src,
@@ -197,18 +222,41 @@ class _HostGraph(NamedTuple):
             max_arcs,
         )
         order = np.asarray(search.arc)
-        lattice = pruned_lattice_ops.LatticeGraph(
+        tables = beam_search_ops.SearchTables(
             np.asarray(search.out_start),
-            np.asarray(search.dst)[:-1],
-            np.asarray(search.label)[:-1],
-            order,
-            weight[order],
-            final,
+            np.asarray(search.dst),
+            np.asarray(search.label),
+            np.append(native[order], -np.inf).astype(dtype),
+            search.expand,
         )
-        return cls(fsa, parts, real, weight, final, search, lattice)
+        lattice = pruned_lattice_ops.LatticeGraph(
+            tables.out_start, tables.dst[:-1], tables.label[:-1], order, weight[order], final
+        )
+        return cls(fsa, parts, real, weight, final, search, tables, lattice)
 
 
-def _search(
+def _traced_rows(
+    graph: Fsa,
+    entries: list[_HostGraph],
+    emissions: jax.Array,
+    lengths: np.ndarray,
+    which: list[int],
+    sizes: dict[str, Any],
+) -> list[np.ndarray]:
+    """The traced search's rows int32 [T + 1, K] of utterances `which`
+    (in that order): one batched search per graph entry."""
+    if not which:
+        return []
+    groups = [[b] for b in which] if graph.batch_shape else [which]
+    found: dict[int, np.ndarray] = {}
+    for group in groups:
+        host = entries[group[0]] if graph.batch_shape else entries[0]
+        rows = _traced_search(host, emissions[np.asarray(group)], lengths[group], **sizes)
+        found.update(zip(group, rows))
+    return [found[b] for b in which]
+
+
+def _traced_search(
     graph: _HostGraph,
     emissions: jax.Array,
     lengths: np.ndarray,
@@ -217,48 +265,29 @@ def _search(
     min_active: int,
     slots: int,
 ) -> np.ndarray:
-    """The active states int32 [B, T + 1, K] of one graph's utterances: the
-    compiled kernel's where built, the traced search's elsewhere and for
-    the utterances the kernel flags."""
-    search = graph.search
-    arcs = jnp.asarray(graph.real[np.asarray(search.arc)], jnp.int32)
-    weight = jax.lax.stop_gradient(graph.fsa.weight)[arcs]
-    weight = jnp.append(weight, jnp.asarray(-jnp.inf, weight.dtype))
-    emissions = jax.lax.stop_gradient(emissions)
-    tables = (jnp.asarray(search.out_start), jnp.asarray(search.dst), jnp.asarray(search.label))
-    sizes = {"expand": search.expand, "slots": slots, "min_active": min_active}
-
-    def traced(rows: jax.Array, known: np.ndarray) -> np.ndarray:
-        found = beam_search.beam_search(
-            *tables,
-            weight,
-            rows,
-            jnp.asarray(known, jnp.int32),
-            jnp.asarray(search_beam, emissions.dtype),
-            **sizes,
-        )
-        return np.asarray(found)
-
-    if not beam_search_ops.usable(emissions):
-        return traced(emissions, lengths)
-    found, flagged = beam_search_ops.beam_search(
-        *tables, weight, emissions, lengths, search_beam=float(search_beam), **sizes
+    """The active states int32 [B, T + 1, K] of one graph's utterances by
+    the traced search (`decoding/beam_search.py`)."""
+    tables = graph.tables
+    found = beam_search.beam_search(
+        jnp.asarray(tables.out_start),
+        jnp.asarray(tables.dst),
+        jnp.asarray(tables.label),
+        jnp.asarray(tables.weight),
+        emissions,
+        jnp.asarray(lengths, jnp.int32),
+        jnp.asarray(search_beam, emissions.dtype),
+        expand=tables.expand,
+        slots=slots,
+        min_active=min_active,
     )
-    found, redo = np.array(found), np.flatnonzero(np.asarray(flagged))
-    if redo.size:  # a NaN or +inf candidate: the traced search keeps it visible
-        found[redo] = traced(emissions[redo], lengths[redo])
-    return found
+    return np.asarray(found)
 
 
-def _structure(
-    graph: _HostGraph, values: np.ndarray, rows: np.ndarray, length: int, *, output_beam: float
+def _numpy_lattice(
+    graph: _HostGraph, values: np.ndarray, rows: np.ndarray, length: int, output_beam: float
 ) -> LatticeStructure:
-    """One utterance's lattice structure from its search rows [T + 1, K]
-    and emission values [T, V]."""
-    if pruned_lattice_ops.usable():
-        return pruned_lattice_ops.pruned_lattice(
-            graph.lattice, values, rows, length, output_beam, searched=True
-        )
+    """One utterance's lattice structure by numpy from its padded search
+    rows [T + 1, K] and emission values [T, V]."""
     parts = graph.parts
     return pruned_lattice.pruned_lattice(
         parts.src,

@@ -1,5 +1,7 @@
 // The frame-synchronous beam search of `intersect_dense_pruned`
-// (decoding/beam_search.py's traced search, the same choices), as token
+// (decoding/beam_search.py's traced search, the same choices), plain C
+// called through ctypes, one utterance a call, returning the states kept
+// after each frame packed row after row (not K padded slots). Token
 // passing: per frame, only the active states' arcs are read, each
 // destination's best candidate is kept in an [S] table whose touched entries
 // are listed (and reset after the frame), and the K best of them are chosen
@@ -18,6 +20,9 @@
 // best or among the `min_active` best. The traced search keeps NaN
 // candidates each apart: an utterance whose candidates hold a NaN or +inf is
 // flagged instead, and the caller runs the traced search for it.
+
+#include <memory>
+#include <vector>
 
 #include "common.h"
 
@@ -40,13 +45,6 @@ bool Candidates(T from, const T* __restrict weight, const int32_t* __restrict la
   return bad != 0;
 }
 
-ffi::Error Fail(const std::string& what) { return FailIn("beam search kernel", what); }
-
-using Ints = ffi::Buffer<ffi::S32>;
-
-template <ffi::DataType D>
-using Floats = ffi::Buffer<D>;
-
 struct Graph {
   int64_t num_states;
   int64_t num_arcs;  // the spare arc included
@@ -63,11 +61,13 @@ struct Candidate {
   int32_t state;
 };
 
-// Utterance b's search; false when a candidate was NaN or +inf (flagged).
-template <typename T>
+// One utterance's search over `length` frames of emissions [length, V];
+// false when a candidate was NaN or +inf (flagged). Each row, the states
+// kept after t = 0 .. length frames in slot order, goes to emit(states, n).
+template <typename T, typename Emit>
 bool SearchOne(const Graph& g, const T* weight, const T* rows, int64_t vocab, int64_t length,
-               int64_t frames, int64_t slots, int64_t expand, int64_t min_active, T beam,
-               int32_t* out, Workspace* space) {
+               int64_t slots, int64_t expand, int64_t min_active, T beam, const Emit& emit,
+               Workspace* space) {
   T* best = space->Take<T>(g.num_states);
   int64_t* first = space->Take<int64_t>(g.num_states);
   // One spare: the update writes touched[count] before it knows whether the
@@ -81,14 +81,9 @@ bool SearchOne(const Graph& g, const T* weight, const T* rows, int64_t vocab, in
   std::fill(scores, scores + slots, kNegInf<T>);
   states[0] = 0;
   scores[0] = T(0);
-  std::copy(states, states + slots, out);
+  emit(states, int64_t{1});
   const int64_t kept_max = std::min(slots, expand);
-  for (int64_t t = 0; t < frames; ++t) {
-    int32_t* row = out + (t + 1) * slots;
-    if (t >= length) {  // past the utterance: its slots stay
-      std::copy(states, states + slots, row);
-      continue;
-    }
+  for (int64_t t = 0; t < length; ++t) {
     const T* frame = rows + t * vocab;
     // A candidate below `cutoff` (the best so far less the beam, so never
     // above the frame's final threshold) is not within the beam: it is
@@ -188,87 +183,93 @@ bool SearchOne(const Graph& g, const T* weight, const T* rows, int64_t vocab, in
     }
     std::fill(states + n, states + slots, -1);
     std::fill(scores + n, scores + slots, kNegInf<T>);
-    std::copy(states, states + slots, row);
+    emit(states, n);
   }
   return true;
 }
 
-template <ffi::DataType D>
-ffi::Error BeamSearch(ffi::ThreadPool pool, Ints out_start, Ints dst, Ints label,
-                      Floats<D> weight, Floats<D> emissions, Ints lengths, double search_beam,
-                      int64_t slots, int64_t expand, int64_t min_active,
-                      ffi::ResultBuffer<ffi::S32> active, ffi::ResultBuffer<ffi::S32> flagged) {
-  using T = ffi::NativeType<D>;
-  const auto dims = emissions.dimensions();
-  if (dims.size() != 3) return Fail("emissions must be [B, T, V]");
-  const int64_t batch = dims[0], frames = dims[1], vocab = dims[2];
-  Graph g{static_cast<int64_t>(out_start.element_count()) - 1,
-          static_cast<int64_t>(dst.element_count()), out_start.typed_data(), dst.typed_data(),
-          label.typed_data()};
-  if (g.num_states < 1) return Fail("the graph needs a state");
-  if (static_cast<int64_t>(label.element_count()) != g.num_arcs ||
-      static_cast<int64_t>(weight.element_count()) != g.num_arcs) {
-    return Fail("dst, label and weight must have one entry per arc");
+// The rows of one utterance's search, frame after frame: row t is
+// state[first[t] .. first[t + 1]).
+struct Rows {
+  std::vector<int32_t> first{0}, state;
+};
+
+// The tables are the caller's: checked, so that another graph's is an error
+// and never a stray read. Folded without an early exit, so that the arcs'
+// checks vectorise (they run once per utterance).
+bool Valid(const Graph& g, int64_t vocab, int64_t slots, int64_t expand, int64_t min_active) {
+  if (g.num_states < 1 || g.out_start[0] != 0 || slots < 1 || expand < 1 || min_active < 0) {
+    return false;
   }
-  if (static_cast<int64_t>(lengths.element_count()) != batch) return Fail("lengths must be [B]");
-  if (slots < 1 || expand < 1 || min_active < 0) return Fail("bad slots, expand or min_active");
-  if (static_cast<int64_t>(active->element_count()) != batch * (frames + 1) * slots) {
-    return Fail("the output must be [B, T + 1, K]");
-  }
-  // The tables are the caller's: checked, so that another graph's is an
-  // error and never a stray read.
-  if (g.out_start[0] != 0) return Fail("out_start must start at 0");
+  int bad = 0;
   for (int64_t s = 0; s < g.num_states; ++s) {
-    if (g.out_start[s + 1] < g.out_start[s] || g.out_start[s + 1] > g.num_arcs) {
-      return Fail("out_start must be non-decreasing and within the arcs, at state " +
-                  std::to_string(s));
-    }
+    bad |= (g.out_start[s + 1] < g.out_start[s]) | (g.out_start[s + 1] > g.num_arcs);
   }
-  int bad = 0;  // folded without an early exit, so that it vectorises
   for (int64_t a = 0; a < g.num_arcs; ++a) {
     bad |= (g.dst[a] < 0) | (g.dst[a] >= g.num_states) | (g.label[a] < 0) | (g.label[a] >= vocab);
   }
-  for (int64_t a = 0; bad && a < g.num_arcs; ++a) {
-    if (g.dst[a] < 0 || g.dst[a] >= g.num_states || g.label[a] < 0 || g.label[a] >= vocab) {
-      return Fail("arc " + std::to_string(a) + "'s destination or label is out of range");
-    }
-  }
-  const int64_t reach = std::min(expand, g.num_states);
-  const size_t bytes = Workspace::Bytes<T>(g.num_states) +
-                       Workspace::Bytes<int64_t>(g.num_states) +
-                       Workspace::Bytes<int32_t>(reach + 1) + Workspace::Bytes<Candidate<T>>(reach) +
-                       Workspace::Bytes<int32_t>(slots) + Workspace::Bytes<T>(slots);
-  const T beam = static_cast<T>(search_beam);
-  ForEntries(pool, batch, frames * std::min(expand, g.num_arcs), [&](int64_t b) {
-    Workspace space(bytes);
-    const int64_t length = std::clamp<int64_t>(lengths.typed_data()[b], 0, frames);
-    const bool ok = SearchOne<T>(g, weight.typed_data(), emissions.typed_data() + b * frames * vocab,
-                                 vocab, length, frames, slots, expand, min_active, beam,
-                                 active->typed_data() + b * (frames + 1) * slots, &space);
-    flagged->typed_data()[b] = ok ? 0 : 1;
-  });
-  return ffi::Error::Success();
+  return bad == 0;
 }
 
-template <ffi::DataType D>
-auto Binding() {
-  return ffi::Ffi::Bind()
-      .Ctx<ffi::ThreadPool>()
-      .template Arg<Ints>()       // out_start [S + 1]
-      .template Arg<Ints>()       // dst [A]
-      .template Arg<Ints>()       // label [A]
-      .template Arg<Floats<D>>()  // weight [A]
-      .template Arg<Floats<D>>()  // emissions [B, T, V]
-      .template Arg<Ints>()       // lengths [B]
-      .template Attr<double>("search_beam")
-      .template Attr<int64_t>("slots")
-      .template Attr<int64_t>("expand")
-      .template Attr<int64_t>("min_active")
-      .template Ret<Ints>()   // active [B, T + 1, K]
-      .template Ret<Ints>();  // flagged [B]
+template <typename T>
+int Search(const Graph& g, const void* weight, const void* emissions, int64_t vocab,
+           int64_t length, int64_t slots, int64_t expand, int64_t min_active, double search_beam,
+           Rows* rows) {
+  const int64_t reach = std::min(expand, g.num_states);
+  Workspace space(Workspace::Bytes<T>(g.num_states) + Workspace::Bytes<int64_t>(g.num_states) +
+                  Workspace::Bytes<int32_t>(reach + 1) + Workspace::Bytes<Candidate<T>>(reach) +
+                  Workspace::Bytes<int32_t>(slots) + Workspace::Bytes<T>(slots));
+  const auto emit = [rows](const int32_t* states, int64_t n) {
+    rows->state.insert(rows->state.end(), states, states + n);
+    rows->first.push_back(static_cast<int32_t>(rows->state.size()));
+  };
+  const bool ok = SearchOne<T>(g, static_cast<const T*>(weight), static_cast<const T*>(emissions),
+                               vocab, length, slots, expand, min_active,
+                               static_cast<T>(search_beam), emit, &space);
+  return ok ? 0 : 3;
 }
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SjBeamSearchF32, BeamSearch<ffi::F32>, Binding<ffi::F32>());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SjBeamSearchF64, BeamSearch<ffi::F64>, Binding<ffi::F64>());
+extern "C" {
+
+// Searches one utterance: emissions [length, V] and weight [A] of float32
+// (`bytes` 4) or float64 (8). Returns 0 and a handle (*size: the states of
+// all rows) for SjBeamSearchTake, 1 for inconsistent tables, 2 when out of
+// memory, 3 when a candidate was NaN or +inf (the caller searches again).
+int SjBeamSearch(int64_t num_states, int64_t num_arcs, const int32_t* out_start,
+                 const int32_t* dst, const int32_t* label, const void* weight,
+                 const void* emissions, int64_t bytes, int64_t vocab, int64_t length,
+                 int64_t slots, int64_t expand, int64_t min_active, double search_beam,
+                 void** handle, int64_t* size) {
+  const Graph g{num_states, num_arcs, out_start, dst, label};
+  if (length < 0 || (bytes != 4 && bytes != 8) || !Valid(g, vocab, slots, expand, min_active)) {
+    return 1;
+  }
+  try {
+    auto rows = std::make_unique<Rows>();
+    rows->first.reserve(length + 2);
+    const int code =
+        bytes == 4 ? Search<float>(g, weight, emissions, vocab, length, slots, expand, min_active,
+                                   search_beam, rows.get())
+                   : Search<double>(g, weight, emissions, vocab, length, slots, expand,
+                                    min_active, search_beam, rows.get());
+    if (code != 0) return code;
+    *size = static_cast<int64_t>(rows->state.size());
+    *handle = rows.release();
+  } catch (const std::bad_alloc&) {
+    return 2;
+  }
+  return 0;
+}
+
+// Copies the rows out (first: length + 2 entries, state: *size) and frees
+// them.
+void SjBeamSearchTake(void* handle, int32_t* first, int32_t* state) {
+  Rows* rows = static_cast<Rows*>(handle);
+  std::copy(rows->first.begin(), rows->first.end(), first);
+  std::copy(rows->state.begin(), rows->state.end(), state);
+  delete rows;
+}
+
+}  // extern "C"

@@ -5,8 +5,9 @@ pass over the arcs (`tot_score`, `arc_posteriors`); `ctc.cc` runs the CTC
 loss's forward-backward over each utterance's band (`ctc_loss`); `rnnt.cc`
 the transducer grid's over a band (the RNN-T losses); `dense.cc` dense
 intersection with a general graph (`dense_tot_score`, `viterbi_decode`,
-`mmi_loss`); `beam_search.cc` the beam search of `intersect_dense_pruned` and
-`pruned_lattice.cc` (plain C, called through ctypes) its lattice;
+`mmi_loss`); `beam_search.cc` (plain C, called through ctypes) the beam
+search of `intersect_dense_pruned` and `pruned_lattice.cc` (plain C too) its
+lattice;
 `kshortest.cc` (plain C too) the search of `nbest`;
 `common.h` holds their SIMD exp and log and their use of XLA's CPU threads. They are
 compiled once per machine, jaxlib version and source text with the C++
@@ -104,13 +105,18 @@ TARGETS = {
         ("dense_log_grad", "DenseLogGrad"),
         ("dense_tropical_total", "DenseTropicalTotal"),
         ("dense_tropical_grad", "DenseTropicalGrad"),
-        ("beam_search", "BeamSearch"),
     )
     for dtype in _DTYPES.values()
 }
 
 # Plain C functions for host code (through ctypes, not XLA).
-HOST_FUNCTIONS = ("SjPrunedLattice", "SjPrunedLatticeTake", "SjKShortest")
+HOST_FUNCTIONS = (
+    "SjBeamSearch",
+    "SjBeamSearchTake",
+    "SjPrunedLattice",
+    "SjPrunedLatticeTake",
+    "SjKShortest",
+)
 
 # Warnings on: the sources compile cleanly with them (a test builds with
 # -Werror); XLA's headers are a system include, whose warnings are theirs.

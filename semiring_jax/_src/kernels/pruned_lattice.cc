@@ -7,7 +7,7 @@
 // from a search, where all are), backward (on a path to a final state,
 // and Viterbi scores to the end), and forward for the Viterbi scores from
 // the start and the arcs within the output beam, skipping the states
-// outside it. Memory: O(frames x slots) for the per-state values and
+// outside it. Memory: O(active states of all frames) for the per-state values and
 // O(kept arcs) for the output, never the unpruned arcs of every frame.
 
 #include <algorithm>
@@ -48,14 +48,12 @@ struct Frames {
   int64_t Size(int64_t t) const { return first[t + 1] - first[t]; }
 };
 
-Frames ActiveStates(const int32_t* rows, int64_t slots, int64_t length) {
+Frames ActiveStates(const int32_t* first, const int32_t* state, int64_t length) {
   Frames f;
   f.first.push_back(0);
   for (int64_t t = 0; t <= length; ++t) {
     const int64_t begin = f.state.size();
-    for (int64_t k = 0; k < slots; ++k) {
-      if (rows[t * slots + k] >= 0) f.state.push_back(rows[t * slots + k]);
-    }
+    f.state.insert(f.state.end(), state + first[t], state + first[t + 1]);
     std::sort(f.state.begin() + begin, f.state.end());
     f.state.erase(std::unique(f.state.begin() + begin, f.state.end()), f.state.end());
     f.first.push_back(f.state.size());
@@ -120,9 +118,9 @@ double Score(const Graph& g, const double* emissions, int64_t vocab, int64_t t, 
   return g.weight[a] + emissions[t * vocab + g.label[a]];
 }
 
-Lattice Build(const Graph& g, const double* emissions, int64_t vocab, const int32_t* rows,
-              int64_t slots, int64_t length, double output_beam, bool searched) {
-  const Frames f = ActiveStates(rows, slots, length);
+Lattice Build(const Graph& g, const double* emissions, int64_t vocab, const int32_t* first,
+              const int32_t* state, int64_t length, double output_beam, bool searched) {
+  const Frames f = ActiveStates(first, state, length);
   const int64_t n = f.state.size();
   std::vector<int32_t> where(g.num_states, -1);
   // Reached from the start: every active state, for rows from a search
@@ -232,8 +230,10 @@ Lattice Build(const Graph& g, const double* emissions, int64_t vocab, const int3
 
 // The inputs' tables index each other in range (the caller's, but a bad
 // one must be an error, never a stray read).
-bool Valid(const Graph& g, int64_t vocab, const int32_t* rows, int64_t slots, int64_t length) {
-  if (g.num_states < 1 || g.out_start[0] != 0 || g.out_start[g.num_states] > g.num_arcs) {
+bool Valid(const Graph& g, int64_t vocab, const int32_t* first, const int32_t* state,
+           int64_t length) {
+  if (g.num_states < 1 || g.out_start[0] != 0 || g.out_start[g.num_states] > g.num_arcs ||
+      length < 0 || first[0] != 0 || first[1] < 1 || state[0] != 0) {
     return false;
   }
   // Each check folded over its table without an early exit, so that the
@@ -243,29 +243,33 @@ bool Valid(const Graph& g, int64_t vocab, const int32_t* rows, int64_t slots, in
   for (int64_t a = 0; a < g.num_arcs; ++a) {
     bad |= (g.dst[a] < 0) | (g.dst[a] >= g.num_states) | (g.label[a] < 0) | (g.label[a] >= vocab);
   }
-  for (int64_t m = 0; m < (length + 1) * slots; ++m) bad |= rows[m] >= g.num_states;
+  for (int64_t t = 0; t <= length; ++t) bad |= first[t + 1] < first[t];
   if (bad) return false;
-  return slots >= 1 && length >= 0 && rows[0] == 0;
+  for (int64_t m = 0; m < first[length + 1]; ++m) {
+    bad |= (state[m] < 0) | (state[m] >= g.num_states);
+  }
+  return bad == 0;
 }
 
 }  // namespace
 
 extern "C" {
 
-// Builds the lattice of one utterance (`searched`: the rows come from a
-// beam search, so every active state is reachable). Returns 0 and a handle (sizes[0]:
-// states, sizes[1]: arcs) for SjPrunedLatticeTake, 1 for inconsistent
-// tables, 2 when out of memory.
+// Builds the lattice of one utterance from its rows (row t, the states
+// active after t frames, is state[first[t] .. first[t + 1]), t = 0 ..
+// length; `searched`: they come from a beam search, so every active state
+// is reachable). Returns 0 and a handle (sizes[0]: states, sizes[1]: arcs)
+// for SjPrunedLatticeTake, 1 for inconsistent tables, 2 when out of memory.
 int SjPrunedLattice(int64_t num_states, int64_t num_arcs, const int32_t* out_start,
                     const int32_t* dst, const int32_t* label, const int32_t* position,
                     const double* weight, const double* final_weight, const double* emissions,
-                    int64_t vocab, const int32_t* rows, int64_t slots, int64_t length,
+                    int64_t vocab, const int32_t* first, const int32_t* state, int64_t length,
                     double output_beam, int64_t searched, void** handle, int64_t* sizes) {
   const Graph g{num_states, num_arcs, out_start, dst, label, position, weight, final_weight};
-  if (!Valid(g, vocab, rows, slots, length)) return 1;
+  if (!Valid(g, vocab, first, state, length)) return 1;
   try {
     Lattice* lattice =
-        new Lattice(Build(g, emissions, vocab, rows, slots, length, output_beam, searched != 0));
+        new Lattice(Build(g, emissions, vocab, first, state, length, output_beam, searched != 0));
     sizes[0] = lattice->num_states;
     sizes[1] = static_cast<int64_t>(lattice->src.size());
     *handle = lattice;

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from semiring_jax._src.decoding.host.active_rows import ActiveRows
 from semiring_jax._src.dense.host.lattice_structure import LatticeStructure
 from semiring_jax._src.kernels import loader
 
@@ -53,26 +54,27 @@ def _pointer(array: np.ndarray, ctype: type) -> ctypes._Pointer:
 def pruned_lattice(
     graph: LatticeGraph,
     emissions: np.ndarray,
-    rows: np.ndarray,
+    rows: ActiveRows,
     length: int,
     output_beam: float,
     *,
     searched: bool,
 ) -> LatticeStructure:
-    """As `decoding.host.pruned_lattice.pruned_lattice`, from the rows
-    int32 [>= length + 1, K] (row t: the states active after t frames, -1
-    empty) and emissions float64 [T, V] (values). `searched`: the rows
-    come from a beam search (so every active state is reachable from the
-    start, and the pass that finds those is skipped)."""
+    """As `decoding.host.pruned_lattice.pruned_lattice`, from the rows 0 ..
+    `length` (row t: the states active after t frames) and emissions
+    float64 [T, V] (values). `searched`: the rows come from a beam search
+    (so every active state is reachable from the start, and the pass that
+    finds those is skipped)."""
     build = loader.host_function("SjPrunedLattice")
     take = loader.host_function("SjPrunedLatticeTake")
     i32 = lambda array: np.ascontiguousarray(array, np.int32)
     f64 = lambda array: np.ascontiguousarray(array, np.float64)
     tables = [i32(graph.out_start), i32(graph.dst), i32(graph.label), i32(graph.position)]
     values = [f64(graph.weight), f64(graph.final_weight), f64(emissions)]
-    active = i32(rows[: length + 1])
+    first, state = i32(rows.first), i32(rows.state)
     # The function reads length + 1 rows and length frames.
-    assert active.shape[0] == length + 1 and emissions.shape[0] >= length, (rows.shape, length)
+    assert first.size == length + 2 and state.size == first[-1], (first.size, length)
+    assert emissions.shape[0] >= length, (emissions.shape, length)
     handle, sizes = ctypes.c_void_p(), np.zeros(2, np.int64)
     code = build(
         ctypes.c_int64(graph.final_weight.size),
@@ -80,8 +82,8 @@ def pruned_lattice(
         *(_pointer(table, ctypes.c_int32) for table in tables),
         *(_pointer(value, ctypes.c_double) for value in values),
         ctypes.c_int64(emissions.shape[-1]),
-        _pointer(active, ctypes.c_int32),
-        ctypes.c_int64(active.shape[1]),
+        _pointer(first, ctypes.c_int32),
+        _pointer(state, ctypes.c_int32),
         ctypes.c_int64(length),
         ctypes.c_double(output_beam),
         ctypes.c_int64(int(searched)),

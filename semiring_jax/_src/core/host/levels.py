@@ -164,6 +164,10 @@ def balanced_levels(
     assert height is not None  # see Args
     num_levels = max(num_levels or 0, int(earliest[placed].max()) + 1)
     latest = num_levels - 1 - height
+    if np.array_equal(latest[placed], earliest[placed]):
+        # No state has slack (a lattice of frames: every path to a state is
+        # as long): each level is forced.
+        return np.where(placed, earliest, -1)
     # No level assignment can be narrower than what must fit below each
     # level (states whose latest level is at most l) or above it (states
     # whose earliest level is at least l): aim at that width from the start.

@@ -53,10 +53,6 @@ def usable(dtype: npt.DTypeLike) -> bool:
     )
 
 
-def _pointer(array: np.ndarray, ctype: type) -> ctypes._Pointer:
-    return array.ctypes.data_as(ctypes.POINTER(ctype))
-
-
 def search(
     tables: SearchTables,
     emissions: np.ndarray,
@@ -81,7 +77,7 @@ def search(
     code = run(
         ctypes.c_int64(out_start.size - 1),
         ctypes.c_int64(dst.size),
-        *(_pointer(table, ctypes.c_int32) for table in (out_start, dst, label)),
+        *(loader.pointer(table, ctypes.c_int32) for table in (out_start, dst, label)),
         weight.ctypes.data_as(ctypes.c_void_p),
         rows.ctypes.data_as(ctypes.c_void_p),
         ctypes.c_int64(weight.itemsize),
@@ -92,7 +88,7 @@ def search(
         ctypes.c_int64(min_active),
         ctypes.c_double(search_beam),
         ctypes.byref(handle),
-        _pointer(size, ctypes.c_int64),
+        loader.pointer(size, ctypes.c_int64),
     )
     if code == 3:
         return None
@@ -101,5 +97,5 @@ def search(
     if code != 0:
         raise AssertionError("intersect_dense_pruned: inconsistent search tables (a bug)")
     first, state = np.empty(length + 2, np.int32), np.empty(int(size[0]), np.int32)
-    take(handle, _pointer(first, ctypes.c_int32), _pointer(state, ctypes.c_int32))
+    take(handle, loader.pointer(first, ctypes.c_int32), loader.pointer(state, ctypes.c_int32))
     return ActiveRows(first, state)

@@ -24,10 +24,6 @@ def usable() -> bool:
     return loader.host_function("SjKShortest") is not None
 
 
-def _pointer(array: np.ndarray, ctype: type) -> ctypes._Pointer:
-    return array.ctypes.data_as(ctypes.POINTER(ctype))
-
-
 def k_shortest(
     moves: Moves, num_states: int, best: float, n: int, unique: bool, slots: int
 ) -> Paths:
@@ -43,18 +39,18 @@ def k_shortest(
     paths = Paths.empty(n, slots)
     found = search(
         ctypes.c_int64(num_states),
-        _pointer(offsets, ctypes.c_int64),
-        _pointer(value, ctypes.c_double),
-        _pointer(weight, ctypes.c_double),
-        *(_pointer(table, ctypes.c_int64) for table in (arc, target, label)),
+        loader.pointer(offsets, ctypes.c_int64),
+        loader.pointer(value, ctypes.c_double),
+        loader.pointer(weight, ctypes.c_double),
+        *(loader.pointer(table, ctypes.c_int64) for table in (arc, target, label)),
         ctypes.c_double(best),
         ctypes.c_int64(n),
         ctypes.c_int64(int(unique)),
         ctypes.c_int64(slots),
-        _pointer(paths.arcs, ctypes.c_int32),
-        _pointer(paths.lengths, ctypes.c_int32),
-        _pointer(paths.final_states, ctypes.c_int32),
-        _pointer(paths.scores, ctypes.c_double),
+        loader.pointer(paths.arcs, ctypes.c_int32),
+        loader.pointer(paths.lengths, ctypes.c_int32),
+        loader.pointer(paths.final_states, ctypes.c_int32),
+        loader.pointer(paths.scores, ctypes.c_double),
     )
     if found == -2:
         raise MemoryError("nbest: out of memory in the search")

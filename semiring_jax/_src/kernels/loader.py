@@ -501,6 +501,12 @@ def host_function(symbol: str) -> Any:
     return None if library is None else getattr(library, symbol)
 
 
+def pointer(array: np.ndarray, ctype: type) -> ctypes._Pointer:
+    """A C pointer of `ctype` to a contiguous numpy array's data, for a
+    host function's argument (the caller keeps the array alive)."""
+    return array.ctypes.data_as(ctypes.POINTER(ctype))
+
+
 def target(op: str, dtype: npt.DTypeLike) -> str:
     """The FFI target of kernel `op` (e.g. "ctc_grad") for inputs of
     `dtype`, float32 or float64: a key of `TARGETS`."""

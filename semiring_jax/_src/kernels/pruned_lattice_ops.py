@@ -47,10 +47,6 @@ def usable() -> bool:
     return loader.host_function("SjPrunedLattice") is not None
 
 
-def _pointer(array: np.ndarray, ctype: type) -> ctypes._Pointer:
-    return array.ctypes.data_as(ctypes.POINTER(ctype))
-
-
 def pruned_lattice(
     graph: LatticeGraph,
     emissions: np.ndarray,
@@ -79,16 +75,16 @@ def pruned_lattice(
     code = build(
         ctypes.c_int64(graph.final_weight.size),
         ctypes.c_int64(graph.dst.size),
-        *(_pointer(table, ctypes.c_int32) for table in tables),
-        *(_pointer(value, ctypes.c_double) for value in values),
+        *(loader.pointer(table, ctypes.c_int32) for table in tables),
+        *(loader.pointer(value, ctypes.c_double) for value in values),
         ctypes.c_int64(emissions.shape[-1]),
-        _pointer(first, ctypes.c_int32),
-        _pointer(state, ctypes.c_int32),
+        loader.pointer(first, ctypes.c_int32),
+        loader.pointer(state, ctypes.c_int32),
         ctypes.c_int64(length),
         ctypes.c_double(output_beam),
         ctypes.c_int64(int(searched)),
         ctypes.byref(handle),
-        _pointer(sizes, ctypes.c_int64),
+        loader.pointer(sizes, ctypes.c_int64),
     )
     if code == 2:
         raise MemoryError("intersect_dense_pruned: out of memory building the lattice")
@@ -97,5 +93,6 @@ def pruned_lattice(
     num_states, num_arcs = (int(size) for size in sizes)
     src, dst, arc, frame = (np.empty(num_arcs, np.int32) for _ in range(4))
     final_state = np.empty(num_states, np.int32)
-    take(handle, *(_pointer(out, ctypes.c_int32) for out in (src, dst, arc, frame, final_state)))
+    outputs = (src, dst, arc, frame, final_state)
+    take(handle, *(loader.pointer(out, ctypes.c_int32) for out in outputs))
     return LatticeStructure(num_states, src, dst, arc, frame, final_state)

@@ -10,23 +10,35 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from semiring_jax._src.core import compensated
+from semiring_jax._src.core import compensated, records
 
-__all__ = ["LOG", "TROPICAL", "Semiring", "semiring"]
+__all__ = ["LOG", "TROPICAL", "Semiring", "lifted", "semiring"]
 
 
 _ARITHMETICS = (None, "log", "tropical")
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Semiring:
     """A semiring, given by its operations and what ops may assume of them.
 
     Build one rather than subclass it (pytree registration ignores subclasses).
+
+    Structured weights: when `zero` and `one` are pytrees (e.g. a numpy
+    [k] vector, a pair of floats), each weight is a *record* of that
+    structure and shape, and an array of n weights is the same pytree
+    with leaves [n, *record shape]: `plus`, `times` and `sum` take and
+    return such pytrees (leading axes first, record axes trailing). An
+    Fsa still holds float scores; `lift` maps them to records (arc
+    weights, final weights and dense emissions alike), so any Fsa can be
+    scored in the semiring. `sj.check_semiring_laws` tests a semiring on
+    sample weights.
 
     Fsas are built with scores (LOG/TROPICAL weights). For a semiring whose
     weights mean something else (e.g. the real one, zero 0.0), build the
@@ -46,9 +58,12 @@ class Semiring:
         name: a short name, used in messages and by `sj.semiring`.
         plus: ⊕, elementwise on two arrays.
         times: ⊗, elementwise on two arrays.
-        sum: ⊕-reduction, `sum(x, axis)`; the reduction of an empty axis is `zero`.
-        zero: the identity of ⊕ and annihilator of ⊗ (a Python float).
-        one: the identity of ⊗ (a Python float).
+        sum: ⊕-reduction, `sum(x, axis)`; the reduction of an empty axis is
+            `zero`. `axis` is a non-negative leading axis.
+        zero: the identity of ⊕ and annihilator of ⊗: a Python float, or
+            for a semiring with structured weights a pytree of floats and
+            numpy arrays, one leaf per record field (see below).
+        one: the identity of ⊗, of the same form as `zero`.
         sum_grad: optional; `sum_grad(x, total, axis)`, given `total =
             sum(x, axis)`, is the derivative of `sum(x, axis)` with respect
             to each entry of `x` (same shape as `x`); it must be all zeros
@@ -89,6 +104,17 @@ class Semiring:
             int). NaN in a segment gives NaN there, as `sum` does.
             `determinize` uses it; without it, it ⊕-folds each segment
             with `plus` (a segmented scan, slower).
+        lift: for structured weights (and optional otherwise): `lift(scores)`
+            maps float scores [...] (arc weights, final weights,
+            emissions) to records [..., *r]. It should map a score to the
+            record of its path of one arc, so that lift(a + b) = lift(a) ⊗
+            lift(b); the score ops call it only on real arcs and final
+            states (others get `zero`), with finite or -inf scores. A
+            structured semiring without a lift raises when scored.
+
+    Capabilities (`sum_grad`, `argsum`, `times_is_addition`,
+    `arithmetic`, `segment_sum`) speak of float weights: a structured
+    semiring declares none (its gradients come from autodiff).
 
     Raises:
         ValueError: if `arithmetic` is not None, "log" or "tropical", or a
@@ -111,19 +137,52 @@ class Semiring:
     """
 
     name: str
-    plus: Callable[[jax.typing.ArrayLike, jax.typing.ArrayLike], jax.Array]
-    times: Callable[[jax.typing.ArrayLike, jax.typing.ArrayLike], jax.Array]
-    sum: Callable[..., jax.Array]
-    zero: float
-    one: float
+    # Any: float semirings take and return arrays, structured ones records.
+    plus: Callable[[Any, Any], Any]
+    times: Callable[[Any, Any], Any]
+    sum: Callable[..., Any]
+    zero: Any
+    one: Any
     sum_grad: Callable[..., jax.Array] | None = None
     argsum: Callable[..., jax.Array] | None = None
     times_is_addition: bool | None = None
     arithmetic: str | None = None
     segment_sum: Callable[[jax.Array, jax.Array, int], jax.Array] | None = None
+    lift: Callable[[jax.Array], Any] | None = None
+
+    @property
+    def structured(self) -> bool:
+        """Whether weights are records (`zero` is not a single number)."""
+        return not records.is_plain(self.zero)
+
+    def _key(self) -> tuple[Any, ...]:
+        # Constants as hashable values: (structure, shapes and values).
+        def constant(value: Any) -> Any:
+            leaves, treedef = jax.tree_util.tree_flatten(value)
+            return treedef, tuple(
+                (np.shape(leaf), tuple(np.ravel(leaf).tolist())) for leaf in leaves
+            )
+
+        return tuple(
+            constant(getattr(self, field.name))
+            if field.name in ("zero", "one")
+            else getattr(self, field.name)
+            for field in dataclasses.fields(self)
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Semiring) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
     def __post_init__(self) -> None:
         where = f"Semiring {self.name!r}"
+        if not records.is_plain(self.one) and records.is_plain(self.zero):
+            raise ValueError(f"{where}: zero is a number but one is {self.one!r}")
+        if self.structured:
+            _check_structured(self, where)
+            return
         if self.arithmetic not in _ARITHMETICS:
             raise ValueError(
                 f"{where}: arithmetic must be one of {_ARITHMETICS}, got {self.arithmetic!r}"
@@ -166,6 +225,35 @@ class Semiring:
 
     def __repr__(self) -> str:
         return f"Semiring({self.name!r})"
+
+
+def _check_structured(semiring: Semiring, where: str) -> None:
+    """A structured semiring: constants of one structure, no capability."""
+    zero_tree: Any = jax.tree_util.tree_structure(semiring.zero)
+    one_tree: Any = jax.tree_util.tree_structure(semiring.one)
+    if zero_tree != one_tree:
+        raise ValueError(f"{where}: zero ({zero_tree}) and one ({one_tree}) differ in structure")
+    for zero_leaf, one_leaf in zip(
+        records.leaves_of(semiring.zero), records.leaves_of(semiring.one)
+    ):
+        if np.shape(zero_leaf) != np.shape(one_leaf):
+            raise ValueError(
+                f"{where}: zero and one have record fields of shapes "
+                f"{np.shape(zero_leaf)} and {np.shape(one_leaf)}"
+            )
+    declared = [
+        field
+        for field in ("sum_grad", "argsum", "arithmetic", "segment_sum")
+        if getattr(semiring, field) is not None
+    ]
+    if semiring.times_is_addition:
+        declared.append("times_is_addition")
+    if declared:
+        raise ValueError(
+            f"{where}: {declared[0]} is a capability of float weights; a semiring "
+            f"with structured weights declares none"
+        )
+    object.__setattr__(semiring, "times_is_addition", False)
 
 
 jax.tree_util.register_static(Semiring)
@@ -297,6 +385,23 @@ TROPICAL = Semiring(
 ⊗ is LOG's (-inf ⊗ +inf = -inf); ⊕ = max propagates NaN. Capabilities:
 `argsum` (the first maximum), `sum_grad` (its one-hot),
 `arithmetic="tropical"`, `segment_sum` (max by segment)."""
+
+
+def lifted(semiring: Semiring, scores: jax.typing.ArrayLike, mask: jax.typing.ArrayLike) -> Any:
+    """`scores` where `mask` holds, the semiring's zero elsewhere, through
+    the semiring's `lift` if it has one. The lift sees 0.0 where `mask` is
+    False, so that a lift undefined at -inf (padding) cannot make a NaN
+    value or gradient there."""
+    if semiring.lift is None:
+        if semiring.structured:
+            raise ValueError(
+                f"semiring {semiring.name!r} has structured weights but no lift, so "
+                f"an Fsa's scores cannot be read as its weights"
+            )
+        return jnp.where(mask, scores, semiring.zero)
+    safe = jnp.where(mask, scores, jnp.zeros_like(scores))
+    return records.where(mask, semiring.lift(safe), semiring.zero)
+
 
 _BY_NAME = {"log": LOG, "tropical": TROPICAL}
 

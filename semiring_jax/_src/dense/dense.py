@@ -19,10 +19,10 @@ import jax.numpy as jnp
 import numpy as np
 import numpy.typing as npt
 
-from semiring_jax._src.core import checks, derivatives
+from semiring_jax._src.core import checks, derivatives, records
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.host import messages
-from semiring_jax._src.core.semiring import LOG, TROPICAL, Semiring
+from semiring_jax._src.core.semiring import LOG, TROPICAL, Semiring, lifted
 from semiring_jax._src.dense import arc_scan, frame_scan
 from semiring_jax._src.dense.slots import Slots, Tree
 from semiring_jax._src.kernels import dense_ops
@@ -174,7 +174,9 @@ def graph_slots(graph: Fsa, semiring: Semiring) -> tuple[Slots, jax.Array, jax.A
     src = jnp.append(graph.src, 0)[in_arc]
     label = jnp.append(graph.ilabel, 0)[in_arc]
     dst = jnp.append(graph.dst, num_states)  # A: no state
-    weight = jnp.append(graph.weight, semiring.zero)[in_arc]
+    weight = records.take(
+        records.append(lifted(semiring, graph.weight, graph.arc_mask), semiring.zero), in_arc
+    )
     # A state's further rows (R > S) start with one of its arcs, and
     # padding rows with arc A.
     row_state = None
@@ -193,7 +195,7 @@ def graph_slots(graph: Fsa, semiring: Semiring) -> tuple[Slots, jax.Array, jax.A
         out_tree=Tree(jnp.asarray(tables.dense_out_leaf), jnp.asarray(tables.dense_out_top)),
     )
     # Non-final states stop with the semiring's zero, whatever they store.
-    final_weight = jnp.where(graph.final_mask, graph.final_weight, semiring.zero)
+    final_weight = lifted(semiring, graph.final_weight, graph.final_mask)
     return slots, weight, final_weight
 
 
@@ -341,6 +343,8 @@ def scan_total(
 
     def one_utterance(graph: Fsa, emissions: jax.Array, length: jax.Array) -> jax.Array:
         slots, slot_weight, final_weight = graph_slots(graph, semiring)
+        if semiring.lift is not None:
+            emissions = semiring.lift(emissions)
         return frame_scan.total(semiring, slots, slot_weight, final_weight, emissions, length)
 
     return _over_batch(one_utterance, graph, emissions, lengths)

@@ -37,12 +37,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
-from semiring_jax._src.core import derivatives
+from semiring_jax._src.core import derivatives, records
 from semiring_jax._src.core.semiring import Semiring
 from semiring_jax._src.dense import log_frame_scan
 from semiring_jax._src.dense.slots import (
@@ -64,15 +65,34 @@ def _normalises(semiring: Semiring) -> bool:
     return bool(semiring.times_is_addition)
 
 
-def _start(semiring: Semiring, size: int, dtype: DTypeLike, reference: jax.Array) -> jax.Array:
+def _start(semiring: Semiring, size: int, dtype: DTypeLike, reference: jax.Array) -> Any:
     """α before the first frame: one at the start state, zero elsewhere."""
-    start = jnp.full(size, semiring.zero, dtype).at[0].set(semiring.one)
-    return varying_like(reference, start)
+    start = records.where(
+        jnp.arange(size) == 0,
+        records.full(semiring.one, (size,), dtype),
+        records.full(semiring.zero, (size,), dtype),
+    )
+    return jax.tree_util.tree_map(lambda leaf: varying_like(reference, leaf), start)
 
 
-def _sum_rows(semiring: Semiring) -> Callable[[list[jax.Array]], list[jax.Array]]:
-    """⊕ along axis 1, for `to_states`."""
-    return lambda values: [semiring.sum(values[0], axis=1)]
+def _sum_rows(semiring: Semiring, treedef: Any) -> Callable[[list[jax.Array]], list[jax.Array]]:
+    """⊕ along axis 1 of a record's leaves (one leaf: a plain array), for
+    `to_states`."""
+
+    def reduce(leaves: list[jax.Array]) -> list[jax.Array]:
+        total = semiring.sum(jax.tree_util.tree_unflatten(treedef, leaves), axis=1)
+        return records.leaves_of(total)
+
+    return reduce
+
+
+def _states_of_rows(semiring: Semiring, slots: Slots, rows: Any) -> Any:
+    """`to_states` of rows [R] of records (or plain scores)."""
+    leaves, treedef = jax.tree_util.tree_flatten(rows)
+    fills = records.leaves_of(semiring.zero)
+    return jax.tree_util.tree_unflatten(
+        treedef, to_states(leaves, slots.in_tree, fills, _sum_rows(semiring, treedef))
+    )
 
 
 def _best_rows(semiring: Semiring) -> Callable[[list[jax.Array]], list[jax.Array]]:
@@ -105,10 +125,10 @@ def _forward(
     `with_choice` the best slot of each state: k for a banded graph, else
     the flat index r * K + k of the slot among the [R, K].
     """
-    num_rows, num_slots = slot_weight.shape
+    num_rows, num_slots = records.leaves_of(slot_weight)[0].shape[:2]
     size = num_states(slots, num_rows)
     normalise = _normalises(semiring)
-    dtype = slot_weight.dtype
+    dtype = records.dtype_of(slot_weight)
     argsum = semiring.argsum
     if with_choice:
         assert argsum is not None  # with_choice is for selective semirings
@@ -118,10 +138,11 @@ def _forward(
         alpha: jax.Array, inputs: tuple[jax.Array, jax.Array]
     ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         t, frame = inputs  # frame: [V] or [S]
-        terms = semiring.times(
-            semiring.times(pull(alpha, slots, num_slots, semiring.zero), slot_weight),
-            frame_scores(frame, slots),
-        )  # [R, K]
+        pulled = jax.tree_util.tree_map(
+            lambda leaf, fill: pull(leaf, slots, num_slots, fill), alpha, semiring.zero
+        )
+        framed = jax.tree_util.tree_map(lambda leaf: frame_scores(leaf, slots), frame)
+        terms = semiring.times(semiring.times(pulled, slot_weight), framed)  # [R, K]
         rows = semiring.sum(terms, axis=1)  # [R]
         if argsum is not None and with_choice:
             best = argsum(terms, rows, axis=1)
@@ -134,17 +155,18 @@ def _forward(
                 _best_rows(semiring),
             )
         else:
-            (new,) = to_states([rows], slots.in_tree, (semiring.zero,), _sum_rows(semiring))
+            new = _states_of_rows(semiring, slots, rows)
         shift = max_or_zero(new) if normalise else jnp.zeros((), dtype)
         active = t < length
-        new_alpha = jnp.where(active, new - shift if normalise else new, alpha)
+        new_alpha = records.where(active, new - shift if normalise else new, alpha)
         if not with_choice:
             saved = new_alpha
         return new_alpha, (saved, jnp.where(active, shift, 0).astype(dtype))
 
-    frames = jnp.arange(emissions.shape[0], dtype=jnp.int32)
+    frames = jnp.arange(records.leaves_of(emissions)[0].shape[0], dtype=jnp.int32)
+    reference = records.leaves_of(emissions)[0]
     alpha, (saved, shifts) = jax.lax.scan(
-        step, _start(semiring, size, dtype, emissions), (frames, emissions)
+        step, _start(semiring, size, dtype, reference), (frames, emissions)
     )
     return alpha, saved, shifts
 

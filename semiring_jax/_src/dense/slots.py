@@ -13,7 +13,7 @@ and has one row per state.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -99,9 +99,11 @@ def _shifted(values: jax.Array, offset: int, fill: float) -> jax.Array:
     return jnp.concatenate([values, pad])[-offset:]
 
 
-def _padded(values: jax.Array, fill: float | int) -> jax.Array:
-    """`values` [N] with `fill` appended at index N."""
-    return jnp.concatenate([values, jnp.full((1,), fill, values.dtype)])
+def _padded(values: jax.Array, fill: Any) -> jax.Array:
+    """`values` [N, ...] with `fill` (a value of shape [...]) appended at
+    index N."""
+    pad = jnp.broadcast_to(jnp.asarray(fill, values.dtype), (1, *values.shape[1:]))
+    return jnp.concatenate([values, pad])
 
 
 def pull(scores: jax.Array, slots: Slots, num_slots: int, fill: float) -> jax.Array:
@@ -132,11 +134,11 @@ def to_states(
     state with one row, the top of its tree for the others.
 
     Args:
-      rows: parallel values per row, e.g. a score and its best slot, or the
-        (hi, lo) of a pair.
+      rows: parallel values per row, e.g. a score and its best slot, the
+        (hi, lo) of a pair, or the leaves of a record (each [R, ...]).
       tree: the rows' `Tree`; None when row s is state s (R == S).
       fills: each value's padding (the semiring's zero, an unused index).
-      reduce: ⊕ of parallel [N, F] arrays along axis 1, to [N]; it must
+      reduce: ⊕ of parallel [N, F, ...] arrays along axis 1, to [N, ...]; it must
         return the first of equal best entries where ties matter.
     """
     if tree is None:
@@ -149,7 +151,7 @@ def to_states(
     levels: list[list[jax.Array]] = []
     width = tree.leaf.shape[1] * fan
     while width > 1:
-        nodes = reduce([node.reshape(-1, fan) for node in nodes])
+        nodes = reduce([node.reshape(-1, fan, *node.shape[1:]) for node in nodes])
         levels.append(nodes)
         width //= fan
     tops = [
@@ -157,7 +159,10 @@ def to_states(
         for i, fill in enumerate(fills)
     ]
     has_tree = tree.top < sum(level[0].shape[0] for level in levels)
-    return [jnp.where(has_tree, top, row[:size]) for top, row in zip(tops, rows)]
+    return [
+        jnp.where(has_tree.reshape(-1, *(1,) * (top.ndim - 1)), top, row[:size])
+        for top, row in zip(tops, rows)
+    ]
 
 
 # Up to this many slots, per-slot work is written column by column: the

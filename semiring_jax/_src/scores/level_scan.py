@@ -5,6 +5,10 @@ two dummy positions: P holds the semiring's zero and P + 1 its one (see
 core/host/schedule_tables.py). Each recursion is one `lax.scan` over the N steps; a
 step gathers the scores at its positions' arc ends (pull style, no
 scatter) and writes its C new scores with a `dynamic_update_slice`.
+
+The forward and backward recursions take any semiring, structured
+weights included: scores and weights are then records (`core/records.py`),
+a pytree whose leaves carry the record's axes after the leading ones.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from semiring_jax._src.core import records
 from semiring_jax._src.core.array_types import ArrayLeaf
 from semiring_jax._src.core.schedule import Schedule
 from semiring_jax._src.core.semiring import Semiring
@@ -35,14 +40,14 @@ def _append(values: ArrayLeaf, *fills: float) -> jax.Array:
     return jnp.concatenate([values, jnp.asarray(fills, values.dtype)])
 
 
-def augmented(schedule: Schedule, values: ArrayLeaf, zero: float, one: float) -> jax.Array:
-    """Per-arc `values` [A] extended to the schedule's augmented arcs
-    [A + 2 + H]: `zero` for the dummy arc A, `one` for the start's
-    pseudo-arc A + 1 and for every helper arc."""
-    values = jnp.asarray(values)
-    helpers = schedule.helper_grad_index.shape[-1]
-    return jnp.concatenate(
-        [values, jnp.asarray([zero, one], values.dtype), jnp.full((helpers,), one, values.dtype)]
+def augmented(schedule: Schedule, values: Any, zero: Any, one: Any) -> Any:
+    """Per-arc `values` [A] (a record array) extended to the schedule's
+    augmented arcs [A + 2 + H]: `zero` for the dummy arc A, `one` for the
+    start's pseudo-arc A + 1 and for every helper arc."""
+    values = jax.tree_util.tree_map(jnp.asarray, values)
+    helpers = records.full(one, (schedule.helper_grad_index.shape[-1],), records.dtype_of(values))
+    return jax.tree_util.tree_map(
+        lambda *parts: jnp.concatenate(parts), records.append(values, zero, one), helpers
     )
 
 
@@ -59,7 +64,7 @@ def endings(
     semiring: Semiring, schedule: Schedule, alpha: jax.Array, final_weight: ArrayLeaf
 ) -> jax.Array:
     """α ⊗ final weight per state, [S]: the terms of the total score."""
-    return semiring.times(alpha[schedule.state_pos], final_weight)
+    return semiring.times(records.take(alpha, schedule.state_pos), final_weight)
 
 
 def forward_positions(
@@ -85,11 +90,13 @@ def forward_positions(
       derivatives, float [N, C, K_in]; or the choices, int32 [N, C]; or None.
     """
     steps, width = schedule.pos_state.shape
-    in_weight = augmented(schedule, weight, semiring.zero, semiring.one)[schedule.in_arc]
+    in_weight = records.take(
+        augmented(schedule, weight, semiring.zero, semiring.one), schedule.in_arc
+    )
 
-    def step(alpha: jax.Array, xs: tuple[jax.Array, Any]) -> tuple[jax.Array, Any]:
+    def step(alpha: Any, xs: tuple[jax.Array, Any]) -> tuple[Any, Any]:
         index, (in_src_pos, in_weight_step) = xs
-        entering = semiring.times(alpha[in_src_pos], in_weight_step)  # [C, K]
+        entering = semiring.times(records.take(alpha, in_src_pos), in_weight_step)  # [C, K]
         new = semiring.sum(entering, axis=1)
         saved: Any = None
         if with_local:
@@ -100,10 +107,11 @@ def forward_positions(
             argsum = semiring.argsum
             assert argsum is not None  # with_choice needs it (see Args)
             saved = argsum(entering, new, axis=1)
-        return jax.lax.dynamic_update_slice(alpha, new, (index * width,)), saved
+        return records.update_slice(alpha, new, index * width), saved
 
-    alpha = jnp.full((steps * width,), semiring.zero, jnp.asarray(weight).dtype)
-    alpha = _append(alpha, semiring.zero, semiring.one)
+    dtype = records.dtype_of(weight)
+    alpha = records.full(semiring.zero, (steps * width,), dtype)
+    alpha = records.append(alpha, semiring.zero, semiring.one)
     return _step_scan(step, alpha, (schedule.in_src_pos, in_weight), reverse=False)
 
 
@@ -116,16 +124,18 @@ def backward_positions(
       float [P + 1]; entry P (the dummy) is `zero`.
     """
     steps, width = schedule.pos_state.shape
-    out_weight = augmented(schedule, weight, semiring.zero, semiring.one)[schedule.out_arc]
-    final = _append(jnp.asarray(final_weight), semiring.zero)[schedule.pos_state]  # [N, C]
+    out_weight = records.take(
+        augmented(schedule, weight, semiring.zero, semiring.one), schedule.out_arc
+    )
+    final = records.take(records.append(final_weight, semiring.zero), schedule.pos_state)  # [N, C]
 
-    def step(beta: jax.Array, xs: tuple[jax.Array, Any]) -> tuple[jax.Array, None]:
+    def step(beta: Any, xs: tuple[jax.Array, Any]) -> tuple[Any, None]:
         index, (out_dst_pos, out_weight_step, final_step) = xs
-        leaving = semiring.times(out_weight_step, beta[out_dst_pos])  # [C, K_out]
+        leaving = semiring.times(out_weight_step, records.take(beta, out_dst_pos))  # [C, K_out]
         new = semiring.plus(final_step, semiring.sum(leaving, axis=1))
-        return jax.lax.dynamic_update_slice(beta, new, (index * width,)), None
+        return records.update_slice(beta, new, index * width), None
 
-    beta = jnp.full((steps * width + 1,), semiring.zero, jnp.asarray(weight).dtype)
+    beta = records.full(semiring.zero, (steps * width + 1,), records.dtype_of(weight))
     beta, _ = _step_scan(step, beta, (schedule.out_dst_pos, out_weight, final), reverse=True)
     return beta
 

@@ -28,21 +28,23 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from semiring_jax._src.core import derivatives
+from semiring_jax._src.core import derivatives, records
 from semiring_jax._src.core.array_types import ArrayLeaf
 from semiring_jax._src.core.batch import jit_over_batch
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.schedule import Schedule
-from semiring_jax._src.core.semiring import LOG, Semiring
+from semiring_jax._src.core.semiring import LOG, Semiring, lifted
 from semiring_jax._src.kernels import score_ops
 from semiring_jax._src.scores import level_pairs, level_scan
 
 __all__ = [
     "arc_posteriors",
     "backward_scores",
+    "check_float_semiring",
     "check_scorable",
     "final_weights",
     "forward_scores",
+    "scan_total",
     "tot_score",
 ]
 
@@ -85,14 +87,25 @@ def _check_schedule_shapes(fsa: Fsa, fn: str) -> None:
         )
 
 
-def final_weights(fsa: Fsa, semiring: Semiring) -> jax.Array:
+def final_weights(fsa: Fsa, semiring: Semiring) -> Any:
     """`final_weight` on final states, the semiring's zero elsewhere, [..., S].
 
     Which states are final is `final_mask`: the values stored at non-final
     and padding states (-inf, the zero of LOG and TROPICAL) would be NaN or
-    a wrong term in another semiring (e.g. -inf * 0 in the real one).
+    a wrong term in another semiring (e.g. -inf * 0 in the real one). A
+    semiring with a `lift` gets the lifted records.
     """
-    return jnp.where(fsa.final_mask, fsa.final_weight, semiring.zero)
+    return lifted(semiring, fsa.final_weight, fsa.final_mask)
+
+
+def check_float_semiring(semiring: Semiring, fn: str) -> None:
+    """Raises for a semiring with structured weights, which `fn` does not take."""
+    if isinstance(semiring, Semiring) and semiring.structured:
+        raise ValueError(
+            f"{fn}: semiring {semiring.name!r} has structured weights; {fn} takes "
+            f"semirings with float weights (tot_score, forward_scores, backward_scores "
+            f"and dense_tot_score take structured ones)"
+        )
 
 
 def _is_builtin(semiring: Semiring) -> bool:
@@ -118,10 +131,10 @@ def _total(
     return semiring.sum(level_scan.endings(semiring, schedule, alpha, final_weight), axis=0)
 
 
-def _scan_total(
-    semiring: Semiring, schedule: Schedule, weight: ArrayLeaf, final_weight: ArrayLeaf
-) -> jax.Array:
-    """The total score [] by the portable level scans."""
+def scan_total(semiring: Semiring, schedule: Schedule, weight: Any, final_weight: Any) -> Any:
+    """The total score [] (a record for a structured semiring) by the
+    portable level scans, from weights [A] and final weights [S] already
+    in the semiring's domain."""
     if _is_builtin(semiring):
         tropical = semiring.arithmetic == "tropical"
         pair, _ = level_pairs.forward(schedule, weight, tropical=tropical)
@@ -176,7 +189,7 @@ def _op(semiring: Semiring) -> derivatives.ScoreOp:
     def value(diff: tuple[ArrayLeaf, ArrayLeaf], aux: tuple[Schedule, ArrayLeaf]) -> jax.Array:
         if score_ops.usable(semiring, diff[0]):
             return score_ops.total(semiring, aux[0], *diff)
-        return _scan_total(semiring, aux[0], *diff)
+        return scan_total(semiring, aux[0], *diff)
 
     def value_and_grad(
         diff: tuple[ArrayLeaf, ArrayLeaf], aux: tuple[Schedule, ArrayLeaf]
@@ -191,7 +204,9 @@ def _op(semiring: Semiring) -> derivatives.ScoreOp:
     return derivatives.ScoreOp(value, value_and_grad)
 
 
-def _diff(fsa: Fsa, semiring: Semiring) -> tuple[jax.Array, jax.Array]:
+def _diff(fsa: Fsa, semiring: Semiring) -> tuple[Any, Any]:
+    if semiring.lift is not None or semiring.structured:
+        return lifted(semiring, fsa.weight, fsa.arc_mask), final_weights(fsa, semiring)
     weight = jnp.asarray(fsa.weight)
     return weight, final_weights(fsa, semiring).astype(weight.dtype)
 
@@ -199,7 +214,7 @@ def _diff(fsa: Fsa, semiring: Semiring) -> tuple[jax.Array, jax.Array]:
 def _tot_score_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
     diff = _diff(fsa, semiring)
     if not _has_rules(semiring):  # plain autodiff through the recursion
-        return _scan_total(semiring, fsa.schedule, *diff)
+        return scan_total(semiring, fsa.schedule, *diff)
     return derivatives.score(_op(semiring), diff, (fsa.schedule, fsa.src))
 
 
@@ -235,13 +250,14 @@ def tot_score(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
     return jit_over_batch(_tot_score_one)(fsa, semiring)
 
 
-def _forward_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
+def _forward_one(fsa: Fsa, semiring: Semiring) -> Any:
     if _is_builtin(semiring):
         tropical = semiring.arithmetic == "tropical"
         pair, _ = level_pairs.forward(fsa.schedule, fsa.weight, tropical=tropical)
         return (pair[0] + pair[1])[fsa.schedule.state_pos]
-    alpha, _ = level_scan.forward_positions(semiring, fsa.schedule, fsa.weight)
-    return alpha[fsa.schedule.state_pos]
+    weight, _ = _diff(fsa, semiring)
+    alpha, _ = level_scan.forward_positions(semiring, fsa.schedule, weight)
+    return records.take(alpha, fsa.schedule.state_pos)
 
 
 def forward_scores(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
@@ -266,19 +282,19 @@ def forward_scores(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
     return jit_over_batch(_forward_one)(fsa, semiring)
 
 
-def _backward_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
+def _backward_one(fsa: Fsa, semiring: Semiring) -> Any:
     schedule = fsa.schedule
-    final_weight = final_weights(fsa, semiring)
+    weight, final_weight = _diff(fsa, semiring)
     if _is_builtin(semiring):
         pair = level_pairs.backward(
             schedule, fsa.weight, final_weight, tropical=semiring.arithmetic == "tropical"
         )
         beta = pair[0] + pair[1]
     else:
-        beta = level_scan.backward_positions(semiring, schedule, fsa.weight, final_weight)
+        beta = level_scan.backward_positions(semiring, schedule, weight, final_weight)
     # States without a position have no arcs: their β is their final weight.
-    unplaced = schedule.state_pos == beta.shape[0] - 1
-    return jnp.where(unplaced, final_weight, beta[schedule.state_pos])
+    unplaced = schedule.state_pos == records.leaves_of(beta)[0].shape[0] - 1
+    return records.where(unplaced, final_weight, records.take(beta, schedule.state_pos))
 
 
 def backward_scores(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
@@ -335,4 +351,5 @@ def arc_posteriors(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
       [1. 0.]
     """
     check_scorable(fsa, "arc_posteriors")
+    check_float_semiring(semiring, "arc_posteriors")
     return jit_over_batch(_posteriors_one)(fsa, semiring)

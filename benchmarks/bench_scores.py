@@ -683,6 +683,109 @@ def print_summary(rows: list[Row]) -> None:
     )
 
 
+# -- structured semirings: k-best scores and entropy -------------------------------------
+
+KBEST_KS = (1, 4, 16)
+STRUCTURED_GOALS = {"entropy/LOG": 3.0, "kbest16/TROPICAL": 20.0, "OpenFst nshortest16/ours": 5.0}
+
+
+@dataclasses.dataclass
+class StructuredRow:
+    """Median seconds of one workload's structured-semiring contestants."""
+
+    workload: str
+    times: dict[str, float]
+    checks: list[str]
+
+
+def structured_functions() -> dict[str, Callable]:
+    """Jitted functions of (fsa, weight), each summed over a batch: the two
+    baselines, entropy value + gradient, and k-best values."""
+
+    def summed(fn: Callable[[sj.Fsa], jax.Array]) -> Callable:
+        return lambda fsa, weight: jnp.sum(fn(fsa.replace(weight=weight)))
+
+    log_total = summed(sj.tot_score)
+    functions = {
+        "tot LOG v+g": jax.jit(jax.value_and_grad(log_total, argnums=1)),
+        "entropy v+g": jax.jit(jax.value_and_grad(summed(sj.entropy), argnums=1)),
+        "tot TROPICAL": jax.jit(summed(lambda fsa: sj.tot_score(fsa, sj.TROPICAL))),
+    }
+    for k in KBEST_KS:
+        functions[f"kbest{k}"] = jax.jit(
+            lambda fsa, weight, k=k: sj.kbest_scores(fsa.replace(weight=weight), k)
+        )
+    return functions
+
+
+def openfst_nshortest(fsts: list[Any], n: int) -> list[Any]:
+    """pynini.shortestpath(nshortest=n) of each FST: the timed call."""
+    return [pynini.shortestpath(fst, nshortest=n) for fst in fsts]
+
+
+def nshortest_scores(result: Any) -> list[float]:
+    """The path scores of an n-shortest-paths FST, best first."""
+    found, paths = [], result.paths()
+    while not paths.done():
+        found.append(0.0 - float(paths.weight()))
+        paths.next()
+    return sorted(found, reverse=True)
+
+
+def run_structured_row(workload: Workload, fsa: sj.Fsa, reps: Reps) -> StructuredRow:
+    """Times the structured-semiring ops beside `tot_score` on one workload
+    (and OpenFst's n-shortest paths on the 10k-state DAG), with checks."""
+    fsa_device, weight = jax.device_put(fsa), jax.device_put(fsa.weight)
+    functions = structured_functions()
+    contestants = {
+        name: (lambda fn=fn: jax.block_until_ready(fn(fsa_device, weight)))
+        for name, fn in functions.items()
+    }
+    fsts = None
+    if pynini is not None and workload.name == "dag-10k":
+        fsts = [to_pynini(g, "TROPICAL") for g in workload.graphs]
+        contestants["OpenFst nshortest16"] = lambda: openfst_nshortest(fsts, 16)
+    checks = []
+    best = np.asarray(functions["kbest16"](fsa_device, weight)).reshape(-1, 16)
+    tropical = np.atleast_1d(np.asarray(sj.tot_score(fsa, sj.TROPICAL)))
+    top_ok = all(agree(float(b), float(t)) for b, t in zip(best[:, 0], tropical))
+    checks.append(f"kbest16[0] = TROPICAL {'ok' if top_ok else 'MISMATCH'}")
+    entropy = np.atleast_1d(np.asarray(sj.entropy(fsa)))
+    checks.append(f"entropy {'finite' if np.isfinite(entropy).all() else 'NOT FINITE'}")
+    if fsts is not None:
+        theirs = nshortest_scores(openfst_nshortest(fsts, 16)[0])
+        same = len(theirs) == 16 and all(agree(float(a), b) for a, b in zip(best[0], theirs))
+        checks.append(f"kbest16 = OpenFst nshortest=16 {'ok' if same else 'MISMATCH'}")
+    return StructuredRow(workload.name, interleaved_medians(contestants, reps, burst=BURST), checks)
+
+
+def print_structured(rows: list[StructuredRow]) -> None:
+    """The structured-semiring table and its goals."""
+    names = [*structured_functions(), "OpenFst nshortest16"]
+    print("\nStructured semirings (median ms of warm calls; kbest = value only):")
+    header = f"{'workload':<17}" + "".join(f"{name:>14}" for name in names)
+    print(header + f"{'ent/LOG':>9}{'kb16/TROP':>10}{'OFst/kb16':>10}")
+    print("-" * (len(header) + 29))
+    for r in rows:
+        cells = "".join(fmt(r.times.get(name), ".3f", 1e3).rjust(14) for name in names)
+        ratios = [
+            r.times["entropy v+g"] / r.times["tot LOG v+g"],
+            r.times["kbest16"] / r.times["tot TROPICAL"],
+            None
+            if "OpenFst nshortest16" not in r.times
+            else r.times["OpenFst nshortest16"] / r.times["kbest16"],
+        ]
+        print(
+            f"{r.workload:<17}{cells}{fmt(ratios[0], '.2f'):>9}{fmt(ratios[1], '.1f'):>10}"
+            f"{fmt(ratios[2], '.1f'):>10}   {'; '.join(r.checks)}"
+        )
+    print(
+        "Goals: entropy v+g <= 3x tot_score LOG v+g; kbest_scores(k=16) <= 20x tot_score"
+        " TROPICAL (value);\n  kbest_scores(k=16) >= 5x faster than OpenFst's"
+        " shortestpath(nshortest=16) on dag-10k (OFst/kb16 >= 5)."
+    )
+
+
 # -- main ------------------------------------------------------------------------------
 
 
@@ -690,6 +793,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--quick", action="store_true", help="fewer repetitions (same sizes), for a smoke run"
+    )
+    parser.add_argument(
+        "--structured-only",
+        action="store_true",
+        help="only the structured-semiring table (k-best scores, entropy)",
     )
     args = parser.parse_args(argv)
     reps = QUICK_REPS if args.quick else FULL_REPS
@@ -704,6 +812,14 @@ def main(argv: list[str] | None = None) -> None:
         fsas.append(build_ours(w))
         build_s.append(time.perf_counter() - t0)
     print_workloads(workloads, fsas, build_s)
+
+    structured = []
+    for w, fsa in zip(workloads, fsas):
+        structured.append(run_structured_row(w, fsa, reps))
+        print(f"  done {w.name} structured ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
+    print_structured(structured)
+    if args.structured_only:
+        return
 
     rows = []
     for w, fsa in zip(workloads, fsas):

@@ -6,6 +6,7 @@ The public API (see API.md); everything else lives in `semiring_jax._src`.
 from semiring_jax._src.core.batch import stack, unstack
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.semiring import LOG, TROPICAL, Semiring, semiring
+from semiring_jax._src.core.semiring_laws import check_semiring_laws
 from semiring_jax._src.decoding.edit_distance import edit_distance
 from semiring_jax._src.decoding.mwer import mwer_loss
 from semiring_jax._src.decoding.nbest import nbest
@@ -22,6 +23,8 @@ from semiring_jax._src.mmi.loss import mmi_loss
 from semiring_jax._src.mmi.ngram import ngram_fsa, read_arpa
 from semiring_jax._src.mmi.topology import denominator_graph, hmm_topo, numerator_graphs
 from semiring_jax._src.scores.best_path import best_path
+from semiring_jax._src.scores.entropy import entropy, kl_divergence
+from semiring_jax._src.scores.kbest import kbest_scores, kbest_semiring
 from semiring_jax._src.scores.tot_score import (
     arc_posteriors,
     backward_scores,
@@ -61,6 +64,7 @@ __all__ = [
     "arc_sort",
     "backward_scores",
     "best_path",
+    "check_semiring_laws",
     "closure",
     "compose",
     "concat",
@@ -73,6 +77,7 @@ __all__ = [
     "dense_tot_score",
     "determinize",
     "edit_distance",
+    "entropy",
     "forced_align",
     "forward_scores",
     "hmm_topo",
@@ -80,6 +85,9 @@ __all__ = [
     "intersect_dense",
     "intersect_dense_pruned",
     "invert",
+    "kbest_scores",
+    "kbest_semiring",
+    "kl_divergence",
     "linear_fsa",
     "load",
     "mmi_loss",

@@ -61,11 +61,13 @@ MMI = {"mmi_loss", "ngram_fsa", "read_arpa", "hmm_topo", "denominator_graph", "n
 ECOSYSTEM = {"SymbolTable", "save", "load", "dense_occupancy", "plot_alignment"}
 # Decoding: paths out of lattices and their errors.
 DECODING = {"intersect_dense_pruned", "nbest", "sample_paths", "edit_distance", "mwer_loss"}
+# Semirings with structured weights.
+STRUCTURED = {"kbest_scores", "kbest_semiring", "entropy", "kl_divergence", "check_semiring_laws"}
 
 
 def test_all_is_the_built_part_of_the_api():
     exported = set(sj.__all__)
-    assert exported == CORE | DENSE | TRANSDUCER | MMI | ALGORITHMS | ECOSYSTEM | DECODING
+    assert exported == CORE | DENSE | TRANSDUCER | MMI | ALGORITHMS | ECOSYSTEM | DECODING | STRUCTURED
 
 
 def test_every_public_name_has_an_example():

@@ -351,3 +351,14 @@ def test_structured_semirings_hash_by_value():
                        zero=(-math.inf, 0.0), one=(0.0, 1.0), lift=COUNT_BEST.lift)  # fmt: skip
     assert twin == COUNT_BEST and hash(twin) == hash(COUNT_BEST)
     assert sj.kbest_semiring(3) != sj.kbest_semiring(4)
+
+
+def test_ops_of_float_weights_refuse_structured_semirings():
+    fsa = sj.Fsa.from_arcs([(0, 1, 0, 0.0), (1, 2, 1, 0.0)], final=[2])
+    kbest = sj.kbest_semiring(2)
+    with pytest.raises(ValueError, match="remove_epsilon: semiring 'kbest2' has structured"):
+        sj.remove_epsilon(fsa, kbest)
+    with pytest.raises(ValueError, match="determinize"):
+        sj.determinize(fsa, kbest)
+    with pytest.raises(ValueError, match="dense_occupancy: semiring 'kbest2'"):
+        sj.dense_occupancy(fsa, jnp.zeros((1, 2, 2), jnp.float32), semiring=kbest)

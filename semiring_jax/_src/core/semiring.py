@@ -18,7 +18,7 @@ import numpy as np
 
 from semiring_jax._src.core import compensated, records
 
-__all__ = ["LOG", "TROPICAL", "Semiring", "lifted", "semiring"]
+__all__ = ["LOG", "TROPICAL", "Semiring", "check_float_semiring", "lifted", "semiring"]
 
 
 _ARITHMETICS = (None, "log", "tropical")
@@ -401,6 +401,16 @@ def lifted(semiring: Semiring, scores: jax.typing.ArrayLike, mask: jax.typing.Ar
         return jnp.where(mask, scores, semiring.zero)
     safe = jnp.where(mask, scores, jnp.zeros_like(scores))
     return records.where(mask, semiring.lift(safe), semiring.zero)
+
+
+def check_float_semiring(semiring: Semiring, fn: str) -> None:
+    """Raises for a semiring with structured weights, which `fn` does not take."""
+    if isinstance(semiring, Semiring) and semiring.structured:
+        raise ValueError(
+            f"{fn}: semiring {semiring.name!r} has structured weights; {fn} takes "
+            f"semirings with float weights (tot_score, forward_scores, backward_scores "
+            f"and dense_tot_score take structured ones)"
+        )
 
 
 _BY_NAME = {"log": LOG, "tropical": TROPICAL}

@@ -21,7 +21,7 @@ import numpy as np
 
 from semiring_jax._src.core import checks
 from semiring_jax._src.core.fsa import Fsa
-from semiring_jax._src.core.semiring import LOG, Semiring
+from semiring_jax._src.core.semiring import LOG, Semiring, check_float_semiring
 from semiring_jax._src.dense.dense import check_inputs, dense_tot_score
 
 __all__ = ["dense_occupancy"]
@@ -89,6 +89,7 @@ def dense_occupancy(
         raise ValueError(f"dense_occupancy: over must be 'labels' or 'states', got {over!r}")
     if isinstance(lengths, Semiring):  # dense_occupancy(graph, emissions, sj.TROPICAL)
         raise TypeError("dense_occupancy: lengths is a Semiring; pass it by keyword, semiring=...")
+    check_float_semiring(semiring, "dense_occupancy")
     emissions, lengths = check_inputs(graph, emissions, lengths, "dense_occupancy")
     batch, _, num_columns = emissions.shape
     if over == "labels":

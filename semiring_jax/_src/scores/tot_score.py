@@ -33,14 +33,13 @@ from semiring_jax._src.core.array_types import ArrayLeaf
 from semiring_jax._src.core.batch import jit_over_batch
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.schedule import Schedule
-from semiring_jax._src.core.semiring import LOG, Semiring, lifted
+from semiring_jax._src.core.semiring import LOG, Semiring, check_float_semiring, lifted
 from semiring_jax._src.kernels import score_ops
 from semiring_jax._src.scores import level_pairs, level_scan
 
 __all__ = [
     "arc_posteriors",
     "backward_scores",
-    "check_float_semiring",
     "check_scorable",
     "final_weights",
     "forward_scores",
@@ -96,16 +95,6 @@ def final_weights(fsa: Fsa, semiring: Semiring) -> Any:
     semiring with a `lift` gets the lifted records.
     """
     return lifted(semiring, fsa.final_weight, fsa.final_mask)
-
-
-def check_float_semiring(semiring: Semiring, fn: str) -> None:
-    """Raises for a semiring with structured weights, which `fn` does not take."""
-    if isinstance(semiring, Semiring) and semiring.structured:
-        raise ValueError(
-            f"{fn}: semiring {semiring.name!r} has structured weights; {fn} takes "
-            f"semirings with float weights (tot_score, forward_scores, backward_scores "
-            f"and dense_tot_score take structured ones)"
-        )
 
 
 def _is_builtin(semiring: Semiring) -> bool:

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from semiring_jax._src.core.fsa import Fsa
-from semiring_jax._src.core.semiring import LOG, Semiring
+from semiring_jax._src.core.semiring import LOG, Semiring, check_float_semiring
 from semiring_jax._src.scores.tot_score import forward_scores
 from semiring_jax._src.structural.arc_map import (
     check_operands,
@@ -52,6 +52,7 @@ def remove_epsilon(fsa: Fsa, semiring: Semiring = LOG) -> Fsa:
       [7] [0.75]
     """
     check_operands([fsa], "remove_epsilon")
+    check_float_semiring(semiring, "remove_epsilon")
     if fsa.batch_shape:
         return map_entries(lambda entry: remove_epsilon(entry, semiring), fsa, fn="remove_epsilon")
     parts = parts_of(fsa, "remove_epsilon")

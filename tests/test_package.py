@@ -67,7 +67,9 @@ STRUCTURED = {"kbest_scores", "kbest_semiring", "entropy", "kl_divergence", "che
 
 def test_all_is_the_built_part_of_the_api():
     exported = set(sj.__all__)
-    assert exported == CORE | DENSE | TRANSDUCER | MMI | ALGORITHMS | ECOSYSTEM | DECODING | STRUCTURED
+    assert (
+        exported == CORE | DENSE | TRANSDUCER | MMI | ALGORITHMS | ECOSYSTEM | DECODING | STRUCTURED
+    )
 
 
 def test_every_public_name_has_an_example():

@@ -2,6 +2,7 @@
 semiring and the laws helper, against brute-force path enumeration and
 OpenFst."""
 
+import contextlib
 import math
 
 import jax
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 import semiring_jax as sj
 from tests import oracles
+from tests.paths import both_paths, scan_only
 from tests.strategies import acyclic_fsas, as_rows, padded
 
 SETTINGS = settings(max_examples=30, deadline=None)
@@ -54,6 +56,26 @@ def test_kbest_scores_match_enumeration(data, dtype, k):
     assert got.shape == (k,) and got.dtype == dtype
     np.testing.assert_allclose(got, brute_kbest(data, k), **TOL[dtype])
     np.testing.assert_allclose(got[0], sj.tot_score(fsa, sj.TROPICAL), **TOL[dtype])
+    # The compiled recursion and tot_score's scan in the k-best semiring agree.
+    np.testing.assert_allclose(got, sj.tot_score(fsa, sj.kbest_semiring(k)), **TOL[dtype])
+
+
+@settings(max_examples=6, deadline=None)
+@given(data=acyclic_fsas(), dtype=DTYPES)
+def test_kbest_scores_on_both_paths(data, dtype):
+    fsa = padded(build(data, dtype))
+
+    def scores_and_grad(fsa):
+        def second(w):
+            return sj.kbest_scores(fsa.replace(weight=w), 2)[1]
+
+        return sj.kbest_scores(fsa, 4), jax.grad(second)(fsa.weight)
+
+    (kernel, kernel_grad), (scan, scan_grad) = both_paths(scores_and_grad, fsa)
+    np.testing.assert_allclose(kernel, brute_kbest(data, 4), **TOL[dtype])
+    np.testing.assert_allclose(scan, brute_kbest(data, 4), **TOL[dtype])
+    if len(set(brute_kbest(data, 3))) == 3:  # no tie around the second: one path
+        np.testing.assert_array_equal(kernel_grad, scan_grad)
 
 
 @SETTINGS
@@ -81,6 +103,8 @@ def test_kbest_no_path_single_path_and_nan():
     fsa = sj.Fsa.from_arcs([(0, 1, 1, 0.0), (0, 1, 2, 1.0)], final=[1])
     nan = jax.jit(lambda w: sj.kbest_scores(fsa.replace(weight=w), 2))
     assert np.isnan(nan(jnp.array([jnp.nan, 1.0], jnp.float32))[0])
+    nan_grad = jax.grad(lambda w: sj.kbest_scores(fsa.replace(weight=w), 2)[0])
+    assert np.isnan(nan_grad(jnp.array([jnp.nan, 1.0], jnp.float32))).all()
 
 
 def test_kbest_gradient_of_the_ith_score_is_the_ith_path():
@@ -135,6 +159,24 @@ def test_entropy_matches_enumeration(data, dtype):
     assert np.isfinite(grad).all()
 
 
+@settings(max_examples=6, deadline=None)
+@given(data=acyclic_fsas(), dtype=DTYPES)
+def test_entropy_on_both_paths(data, dtype):
+    fsa = padded(build(data, dtype))
+
+    def value_and_grads(fsa):
+        def entropy(w, f):
+            return sj.entropy(fsa.replace(weight=w, final_weight=f))
+
+        return jax.value_and_grad(entropy, argnums=(0, 1))(fsa.weight, fsa.final_weight)
+
+    kernel, scan = both_paths(value_and_grads, fsa)
+    tol = {"float32": dict(rtol=1e-4, atol=1e-4), "float64": dict(rtol=1e-9, atol=1e-9)}[dtype]
+    np.testing.assert_allclose(kernel[0], brute_entropy(data), **tol)
+    for a, b in zip(jax.tree_util.tree_leaves(kernel), jax.tree_util.tree_leaves(scan)):
+        np.testing.assert_allclose(a, b, **tol)
+
+
 def test_entropy_of_one_path_or_none_is_zero_with_zero_gradients():
     single = sj.linear_fsa([1, 2, 3]).replace(weight=jnp.array([1e4, -3.0, 2.0], jnp.float32))
     none = sj.Fsa.from_arcs([(0, 1, 1, 0.0), (1, 2, 2, 0.0)], final={2: -math.inf})
@@ -152,15 +194,17 @@ def test_entropy_is_accurate_at_huge_scores_and_nan_stays_nan():
     assert np.isnan(nan(jnp.array([jnp.nan, 0.0], jnp.float32)))
 
 
-def test_entropy_gradient_matches_finite_differences():
+@pytest.mark.parametrize("path", ["kernels", "scan"])
+def test_entropy_gradient_matches_finite_differences(path):
     rng = np.random.default_rng(5)
     fsa = build(oracles.random_dag(rng, 7, 16), "float64")
-    jax.test_util.check_grads(
-        lambda w: sj.entropy(fsa.replace(weight=w)), (fsa.weight,), order=1, modes=["rev"]
-    )
-    jax.test_util.check_grads(
-        lambda f: sj.entropy(fsa.replace(final_weight=f)), (fsa.final_weight,), order=1
-    )
+    with scan_only() if path == "scan" else contextlib.nullcontext():
+        jax.test_util.check_grads(
+            lambda w: sj.entropy(fsa.replace(weight=w)), (fsa.weight,), order=2, modes=["rev"]
+        )
+        jax.test_util.check_grads(
+            lambda f: sj.entropy(fsa.replace(final_weight=f)), (fsa.final_weight,), order=1
+        )
 
 
 def test_entropy_batched_is_one_by_one_and_jits():

@@ -97,6 +97,8 @@ TARGETS = {
         ("log_grad", "LogGrad"),
         ("tropical_total", "TropicalTotal"),
         ("tropical_grad", "TropicalGrad"),
+        ("kbest", "KBest"),
+        ("entropy", "Entropy"),
         ("ctc_loss", "CtcLoss"),
         ("ctc_grad", "CtcGrad"),
         ("rnnt_loss", "RnntLoss"),

@@ -18,6 +18,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from semiring_jax._src.core import derivatives
 from semiring_jax._src.core.array_types import ArrayLeaf
@@ -25,7 +26,7 @@ from semiring_jax._src.core.schedule import Schedule
 from semiring_jax._src.core.semiring import Semiring
 from semiring_jax._src.kernels import loader
 
-__all__ = ["total", "usable", "value_and_grads"]
+__all__ = ["entropy", "kbest", "total", "usable", "value_and_grads"]
 
 Diff = tuple[jax.Array, jax.Array]  # (weight [A], final_weight [S])
 Aux = tuple[Schedule, ArrayLeaf]  # (schedule, src [A])
@@ -103,3 +104,41 @@ def value_and_grads(
         _op(semiring, reference), _inputs(weight, final), (schedule, src)
     )
     return result
+
+
+def kbest(
+    schedule: Schedule, weight: ArrayLeaf, final: ArrayLeaf, k: int
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The k best path scores of an unbatched Fsa by the KBEST kernel:
+    (scores [k] best first, -inf where fewer; each path's arcs [k, L], A
+    past its end; its final state [k], S where none). Not differentiable
+    by JAX: `scores/kbest.py` builds the derivative from the paths."""
+    weight, final = _inputs(weight, final)
+    length = max(int(schedule.pos_state.shape[-2]), 1)
+    shapes = (
+        jax.ShapeDtypeStruct((k,), weight.dtype),
+        jax.ShapeDtypeStruct((k, length), jnp.int32),
+        jax.ShapeDtypeStruct((k,), jnp.int32),
+    )
+    call = jax.ffi.ffi_call(
+        loader.target("kbest", weight.dtype), shapes, vmap_method="broadcast_all"
+    )
+    scores, paths, ends = call(weight, final, *_tables(schedule), k=np.int64(k))
+    return scores, paths, ends
+
+
+def entropy(schedule: Schedule, weight: ArrayLeaf, final: ArrayLeaf) -> tuple[jax.Array, Diff]:
+    """(entropy [], (∂/∂weight [A], ∂/∂final [S])) of an unbatched Fsa's
+    LOG path distribution by the ENTROPY kernel (not differentiable by JAX:
+    callers wrap it in `derivatives.kernel`)."""
+    weight, final = _inputs(weight, final)
+    shapes = (
+        jax.ShapeDtypeStruct((), weight.dtype),
+        jax.ShapeDtypeStruct(weight.shape, weight.dtype),
+        jax.ShapeDtypeStruct(final.shape, weight.dtype),
+    )
+    call = jax.ffi.ffi_call(
+        loader.target("entropy", weight.dtype), shapes, vmap_method="broadcast_all"
+    )
+    value, arc_grad, final_grad = call(weight, final, *_tables(schedule))
+    return value, (arc_grad, final_grad)

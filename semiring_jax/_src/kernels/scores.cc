@@ -491,6 +491,328 @@ ffi::Error TropicalGrad(ffi::ThreadPool pool, Floats<D> weight, Floats<D> final_
       });
 }
 
+// -- KBEST: the k best path scores --------------------------------------------
+//
+// score[s * k + r] is the r-th best prefix score into s (best first, -inf
+// past the number of prefixes), with its last arc (-1: the start's empty
+// prefix, -2: none), that arc's source state and the rank it extends
+// there. A state's list is a k-way merge of its incoming arcs' lists
+// shifted by their weights, each sorted already, so it costs its in-arcs
+// plus k heap steps, not k times its in-arcs. Ties: the empty prefix, then
+// the lower pull index (arc order within a state), then the lower rank;
+// the total merges the states' lists ⊗ final weights, the lower state
+// first. A score's gradient is 1 on its path's arcs and final state,
+// traced back through the saved (arc, source, rank).
+
+struct KBestState {
+  double* score;    // [S * k]
+  int32_t* arc;     // [S * k]
+  int32_t* from;    // [S * k]
+  int32_t* rank;    // [S * k]
+  int32_t* heap;    // [max(A, S) + 1], list ids (scratch)
+  int32_t* cursor;  // [max(A, S) + 1], each list's next entry
+  double* key;      // [max(A, S) + 1], each list's next value
+};
+
+inline size_t KBestStateBytes(const Sizes& z, int64_t k) {
+  const int64_t lists = std::max(z.num_arcs, z.num_states) + 1;
+  return Workspace::Bytes<double>(z.num_states * k) +
+         3 * Workspace::Bytes<int32_t>(z.num_states * k) +
+         2 * Workspace::Bytes<int32_t>(lists) + Workspace::Bytes<double>(lists);
+}
+
+inline KBestState TakeKBestState(const Sizes& z, int64_t k, Workspace* space) {
+  const int64_t lists = std::max(z.num_arcs, z.num_states) + 1;
+  KBestState st;
+  st.score = space->Take<double>(z.num_states * k);
+  st.arc = space->Take<int32_t>(z.num_states * k);
+  st.from = space->Take<int32_t>(z.num_states * k);
+  st.rank = space->Take<int32_t>(z.num_states * k);
+  st.heap = space->Take<int32_t>(lists);
+  st.cursor = space->Take<int32_t>(lists);
+  st.key = space->Take<double>(lists);
+  return st;
+}
+
+// Merges `count` lists, each non-increasing (list i's c-th entry is
+// value(i, c), -inf past its end), into their k best: emit(r, i, c) for
+// r = 0, 1, ... while the best left is above -inf. Returns how many were
+// emitted. Ties go to the lower list (a list's entries come in order).
+template <typename Value, typename Emit>
+int64_t MergeBest(int64_t count, int64_t k, const Value& value, const Emit& emit,
+                  const KBestState& st) {
+  int32_t* heap = st.heap;
+  double* key = st.key;
+  const auto better = [key](int32_t a, int32_t b) {
+    return key[a] > key[b] || (key[a] == key[b] && a < b);
+  };
+  const auto sift_down = [&](int64_t size, int64_t at) {
+    for (;;) {
+      const int64_t left = 2 * at + 1;
+      if (left >= size) return;
+      int64_t top = left;
+      if (left + 1 < size && better(heap[left + 1], heap[left])) top = left + 1;
+      if (!better(heap[top], heap[at])) return;
+      std::swap(heap[top], heap[at]);
+      at = top;
+    }
+  };
+  int64_t size = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    key[i] = value(i, 0);
+    st.cursor[i] = 0;
+    if (key[i] > kNegInf<double>) heap[size++] = static_cast<int32_t>(i);
+  }
+  for (int64_t at = size / 2 - 1; at >= 0; --at) sift_down(size, at);
+  int64_t emitted = 0;
+  while (emitted < k && size > 0) {
+    const int32_t i = heap[0];
+    emit(emitted++, i, st.cursor[i]);
+    const int32_t next = ++st.cursor[i];
+    key[i] = next < k ? value(i, next) : kNegInf<double>;
+    if (!(key[i] > kNegInf<double>)) heap[0] = heap[--size];
+    sift_down(size, 0);
+  }
+  return emitted;
+}
+
+// One entry's k best scores, best first, into out_score [k]; out_state and
+// out_rank [k] say where each ends (S where none). Returns false when a
+// real arc's weight or a final weight is NaN (the scores are then NaN).
+template <typename T>
+bool KBestForwardOne(const Sizes& z, const Entry<T>& e, int64_t k, const KBestState& st,
+                     double* out_score, int32_t* out_state, int32_t* out_rank) {
+  const int64_t S = z.num_states;
+  for (int64_t i = 0; i < S * k; ++i) {
+    st.score[i] = kNegInf<double>;
+    st.arc[i] = -2;
+  }
+  st.score[0] = 0.0;  // the empty prefix at the start
+  st.arc[0] = -1;
+  bool nan = false;
+  for (int64_t p = 0; p < z.levels * z.width; ++p) {
+    const int64_t begin = PullBegin(e.pull_end, p), end = e.pull_end[p];
+    if (begin == end) continue;
+    const int32_t s = e.pos_state[p];
+    for (int64_t j = begin; j < end; ++j) nan |= e.weight[e.pull_arc[j]] != e.weight[e.pull_arc[j]];
+    // List 0: the state's own entries (the empty prefix at the start);
+    // list 1 + j - begin: arc j's source list shifted by its weight.
+    double own = st.score[s * k];
+    const auto value = [&](int64_t list, int64_t c) -> double {
+      if (list == 0) return c == 0 ? own : kNegInf<double>;
+      const int64_t j = begin + list - 1;
+      const double w = static_cast<double>(e.weight[e.pull_arc[j]]);
+      if (w != w) return kNegInf<double>;  // reported as NaN once merged
+      return Times(st.score[e.pull_src[j] * k + c], w);
+    };
+    // The merge writes over this state's list: keep the own entry's data.
+    const int32_t own_arc = st.arc[s * k];
+    const auto emit = [&](int64_t r, int64_t list, int64_t c) {
+      const int64_t at = s * k + r;
+      st.score[at] = value(list, c);
+      if (list == 0) {
+        st.arc[at] = own_arc;
+        st.from[at] = s;
+        st.rank[at] = 0;
+      } else {
+        const int64_t j = begin + list - 1;
+        st.arc[at] = e.pull_arc[j];
+        st.from[at] = e.pull_src[j];
+        st.rank[at] = static_cast<int32_t>(c);
+      }
+    };
+    const int64_t found = MergeBest(1 + end - begin, k, value, emit, st);
+    for (int64_t r = found; r < k; ++r) {
+      st.score[s * k + r] = kNegInf<double>;
+      st.arc[s * k + r] = -2;
+    }
+  }
+  for (int64_t s = 0; s < S; ++s) nan |= e.final_weight[s] != e.final_weight[s];
+  const auto value = [&](int64_t s, int64_t c) -> double {
+    const double f = static_cast<double>(e.final_weight[s]);
+    return f != f ? kNegInf<double> : Times(st.score[s * k + c], f);
+  };
+  const auto emit = [&](int64_t r, int64_t s, int64_t c) {
+    out_score[r] = value(s, c);
+    out_state[r] = static_cast<int32_t>(s);
+    out_rank[r] = static_cast<int32_t>(c);
+  };
+  const int64_t found = MergeBest(S, k, value, emit, st);
+  for (int64_t r = found; r < k; ++r) {
+    out_score[r] = kNegInf<double>;
+    out_state[r] = static_cast<int32_t>(S);
+    out_rank[r] = 0;
+  }
+  return !nan;
+}
+
+// The arcs of each of the k paths, [k, length] (A past a path's end), by
+// tracing back from (out_state, out_rank).
+inline void KBestTraceBack(const Sizes& z, int64_t k, int64_t length, const KBestState& st,
+                           const int32_t* out_state, const int32_t* out_rank, int32_t* paths) {
+  const int64_t S = z.num_states;
+  for (int64_t r = 0; r < k; ++r) {
+    int32_t* path = paths + r * length;
+    std::fill(path, path + length, static_cast<int32_t>(z.num_arcs));
+    int64_t s = out_state[r], rank = out_rank[r];
+    for (int64_t step = 0; step < length && Below(s, S); ++step) {
+      const int64_t at = s * k + rank;
+      if (!Below(st.arc[at], z.num_arcs)) break;
+      path[step] = st.arc[at];
+      s = st.from[at];
+      rank = st.rank[at];
+    }
+  }
+}
+
+template <ffi::DataType D>
+ffi::Error KBest(ffi::ThreadPool pool, Floats<D> weight, Floats<D> final_weight, Ints pos_state,
+                 Ints pull_end, Ints pull_arc, Ints pull_src, int64_t k,
+                 ffi::ResultBuffer<D> scores, ffi::ResultBuffer<ffi::S32> paths,
+                 ffi::ResultBuffer<ffi::S32> ends) {
+  using T = ffi::NativeType<D>;
+  if (k < 1) return Fail("k must be positive");
+  const auto path_dims = paths->dimensions();
+  const int64_t length = path_dims.size() < 2 ? 0 : path_dims.back();
+  if (length < 1) return Fail("paths of no length");
+  return ForEachEntry<D>(
+      pool, weight, final_weight, pos_state, pull_end, pull_arc, pull_src, nullptr,
+      [&](const Sizes& z, int64_t i, const Entry<T>& e) {
+        Workspace space(KBestStateBytes(z, k) + Workspace::Bytes<double>(k) +
+                        Workspace::Bytes<int32_t>(k));
+        const KBestState st = TakeKBestState(z, k, &space);
+        double* best = space.Take<double>(k);
+        int32_t* rank = space.Take<int32_t>(k);
+        int32_t* end_state = ends->typed_data() + i * k;
+        int32_t* path = paths->typed_data() + i * k * length;
+        const bool ok = KBestForwardOne<T>(z, e, k, st, best, end_state, rank);
+        T* out = scores->typed_data() + i * k;
+        if (!ok) {
+          std::fill(out, out + k, kNaN<T>);
+          std::fill(end_state, end_state + k, static_cast<int32_t>(z.num_states));
+          std::fill(path, path + k * length, static_cast<int32_t>(z.num_arcs));
+          return;
+        }
+        for (int64_t r = 0; r < k; ++r) out[r] = static_cast<T>(best[r]);
+        KBestTraceBack(z, k, length, st, end_state, rank, path);
+      });
+}
+
+// -- ENTROPY: the entropy of the LOG path distribution and its gradient -------
+//
+// After LogForwardOne (alpha, and each term's share pi_j = local[j] *
+// norm[s] of its state's mass), a second forward pass carries A[s], the
+// expected prefix score into s, and h[s], the entropy of the prefixes into
+// s, by the mixture rule (no large number is subtracted from another):
+//   A[s] = Σ pi_j (A[src] + w_j),   h[s] = Σ pi_j (h[src] + alpha[s] - t_j),
+// the start's empty prefix a term of score 0. With the shares of the
+// states' ends, E = E[score] and H = Σ pi_s (h[s] + Z - end_s). The
+// backward pass forms the posteriors gamma as LogBackwardOne does and
+// C[s] = Σ over the paths through s of p(path) · (their score from s on):
+//   dH/dw_a = -gamma_a (A[src] + w_a + C[dst] / gamma[dst] - E)
+//   dH/df_s = -gamma_s^final (A[s] + f_s - E),
+// the covariance of the arc's use with the path score, in double.
+// No path: H = 0 and gradients 0; NaN in, or a +inf mass: NaN.
+
+template <typename T>
+size_t EntropyStateBytes(const Sizes& z) {
+  return LogStateBytes<T>(z) + 5 * Workspace::Bytes<double>(z.num_states);
+}
+
+template <typename T>
+void EntropyOne(const Sizes& z, const Entry<T>& e, Workspace* space, T* value, T* arc_grad,
+                T* final_grad) {
+  const int64_t S = z.num_states, A = z.num_arcs, P = z.levels * z.width;
+  const LogState<T> st = TakeLogState<T>(z, space);
+  double* expected = space->Take<double>(S);  // A[s]
+  double* entropy = space->Take<double>(S);   // h[s]
+  double* share = space->Take<double>(S);     // each end's share of the total
+  double* gamma = space->Take<double>(S);
+  double* suffix = space->Take<double>(S);  // C[s]
+  const double total = LogForwardOne<T>(z, e, st);
+  if (total != total || total == kPosInf<double>) {
+    *value = kNaN<T>;
+    std::fill(arc_grad, arc_grad + A, kNaN<T>);
+    std::fill(final_grad, final_grad + S, kNaN<T>);
+    return;
+  }
+  std::fill(arc_grad, arc_grad + A, T(0));
+  std::fill(final_grad, final_grad + S, T(0));
+  if (!(total > kNegInf<double>)) {
+    *value = T(0);
+    return;
+  }
+  std::fill(expected, expected + S, 0.0);
+  std::fill(entropy, entropy + S, 0.0);
+  for (int64_t p = 0; p < P; ++p) {
+    const int64_t begin = PullBegin(e.pull_end, p), end = e.pull_end[p];
+    if (begin == end) continue;
+    const int32_t s = e.pos_state[p];
+    const double alpha = st.alpha[s];
+    if (!(alpha > kNegInf<double>) || !(alpha < kPosInf<double>)) continue;
+    double a = 0, h = 0;
+    for (int64_t j = begin; j < end; ++j) {
+      const double pi = static_cast<double>(st.local[j]) * st.norm[s];
+      if (!(pi > 0)) continue;
+      const int32_t src = e.pull_src[j];
+      a += pi * (expected[src] + static_cast<double>(e.weight[e.pull_arc[j]]));
+      h += pi * (entropy[src] + (alpha - st.term[j]));
+    }
+    if (s == 0) h += std::exp(-alpha) * alpha;  // the empty prefix: score 0
+    expected[s] = a;
+    entropy[s] = h;
+  }
+  double mean = 0, h = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    const double end = Times(st.alpha[s], static_cast<double>(e.final_weight[s]));
+    share[s] = end > kNegInf<double> ? std::exp(end - total) : 0.0;
+    if (share[s] > 0) {
+      mean += share[s] * (expected[s] + static_cast<double>(e.final_weight[s]));
+      h += share[s] * (entropy[s] + (total - end));
+    }
+  }
+  *value = static_cast<T>(std::max(h, 0.0));
+  for (int64_t s = 0; s < S; ++s) {
+    gamma[s] = share[s];
+    const double f = static_cast<double>(e.final_weight[s]);
+    suffix[s] = share[s] > 0 ? share[s] * f : 0.0;
+    if (share[s] > 0) final_grad[s] = static_cast<T>(-share[s] * (expected[s] + f - mean));
+  }
+  for (int64_t p = P - 1; p >= 0; --p) {
+    const int64_t begin = PullBegin(e.pull_end, p), end = e.pull_end[p];
+    if (begin == end) continue;
+    const int32_t d = e.pos_state[p];
+    if (!(gamma[d] > 0)) continue;
+    const double g = gamma[d] * st.norm[d];
+    const double ahead = suffix[d] / gamma[d];  // E[score from d on | at d]
+    for (int64_t j = begin; j < end; ++j) {
+      const double posterior = g * static_cast<double>(st.local[j]);
+      if (!(posterior > 0)) continue;
+      const int32_t a = e.pull_arc[j], src = e.pull_src[j];
+      const double w = static_cast<double>(e.weight[a]);
+      arc_grad[a] = static_cast<T>(-posterior * (expected[src] + w + ahead - mean));
+      gamma[src] += posterior;
+      suffix[src] += posterior * (w + ahead);
+    }
+  }
+}
+
+template <ffi::DataType D>
+ffi::Error Entropy(ffi::ThreadPool pool, Floats<D> weight, Floats<D> final_weight,
+                   Ints pos_state, Ints pull_end, Ints pull_arc, Ints pull_src,
+                   ffi::ResultBuffer<D> value, ffi::ResultBuffer<D> arc_grad,
+                   ffi::ResultBuffer<D> final_grad) {
+  using T = ffi::NativeType<D>;
+  return ForEachEntry<D>(
+      pool, weight, final_weight, pos_state, pull_end, pull_arc, pull_src, nullptr,
+      [&](const Sizes& z, int64_t i, const Entry<T>& e) {
+        Workspace space(EntropyStateBytes<T>(z));
+        EntropyOne<T>(z, e, &space, value->typed_data() + i,
+                      arc_grad->typed_data() + i * z.num_arcs,
+                      final_grad->typed_data() + i * z.num_states);
+      });
+}
+
 // The bindings: inputs, then results, as the handlers above take them.
 template <ffi::DataType D>
 auto Tables() {
@@ -536,6 +858,30 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SjTropicalGradF32, TropicalGrad<ffi::F32>,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SjTropicalGradF64, TropicalGrad<ffi::F64>,
                               Tables<ffi::F64>()
                                   .Arg<Ints>()
+                                  .Ret<Floats<ffi::F64>>()
+                                  .Ret<Floats<ffi::F64>>()
+                                  .Ret<Floats<ffi::F64>>());
+// k best: scores [N, k], paths [N, k, L] (arcs, A past the end), ends [N, k]
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SjKBestF32, KBest<ffi::F32>,
+                              Tables<ffi::F32>()
+                                  .Attr<int64_t>("k")
+                                  .Ret<Floats<ffi::F32>>()
+                                  .Ret<Ints>()
+                                  .Ret<Ints>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SjKBestF64, KBest<ffi::F64>,
+                              Tables<ffi::F64>()
+                                  .Attr<int64_t>("k")
+                                  .Ret<Floats<ffi::F64>>()
+                                  .Ret<Ints>()
+                                  .Ret<Ints>());
+// entropy [N], arc_grad [N, A], final_grad [N, S]
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SjEntropyF32, Entropy<ffi::F32>,
+                              Tables<ffi::F32>()
+                                  .Ret<Floats<ffi::F32>>()
+                                  .Ret<Floats<ffi::F32>>()
+                                  .Ret<Floats<ffi::F32>>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SjEntropyF64, Entropy<ffi::F64>,
+                              Tables<ffi::F64>()
                                   .Ret<Floats<ffi::F64>>()
                                   .Ret<Floats<ffi::F64>>()
                                   .Ret<Floats<ffi::F64>>());

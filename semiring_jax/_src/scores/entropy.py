@@ -32,9 +32,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from semiring_jax._src.core import compensated
+from semiring_jax._src.core import compensated, derivatives
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.semiring import LOG, Semiring, lifted
+from semiring_jax._src.kernels import loader, score_ops
 from semiring_jax._src.scores import tot_score as scores
 
 __all__ = ["ENTROPY", "KL", "entropy", "kl_divergence"]
@@ -136,9 +137,32 @@ def _settled(total: jax.Array, value: jax.Array) -> jax.Array:
     return _nan_where(jnp.isnan(total) | (total == jnp.inf), value)
 
 
-def _entropy_one(fsa: Fsa) -> jax.Array:
-    total, h = scores.tot_score(fsa, ENTROPY)
+def _scan_entropy(diff: tuple[jax.Array, jax.Array], aux: tuple[Any, Any]) -> jax.Array:
+    """The entropy [] by the level scan over the entropy semiring, from
+    LOG weights [A] and final weights [S] (-inf where not final)."""
+    (weight, final), (schedule, arc_mask) = diff, aux
+    records = lifted(ENTROPY, weight, arc_mask), lifted(ENTROPY, final, final > -jnp.inf)
+    total, h = scores.scan_total(ENTROPY, schedule, *records)
     return _settled(total, h)
+
+
+def _kernel_value_and_grad(diff: Any, aux: Any) -> tuple[jax.Array, Any]:
+    return score_ops.entropy(aux[0], *diff)
+
+
+_KERNEL = derivatives.KernelOp(_kernel_value_and_grad, jax.value_and_grad(_scan_entropy))
+_COMPILED = derivatives.ScoreOp(
+    value=lambda diff, aux: _kernel_value_and_grad(diff, aux)[0],
+    value_and_grad=lambda diff, aux: derivatives.kernel(_KERNEL, diff, aux),
+)
+
+
+def _entropy_one(fsa: Fsa) -> jax.Array:
+    diff = (jnp.asarray(fsa.weight), scores.final_weights(fsa, LOG).astype(fsa.dtype))
+    aux = (fsa.schedule, fsa.arc_mask)
+    if loader.serves(fsa.dtype):  # the compiled kernel, differentiated as the scan
+        return derivatives.score(_COMPILED, diff, aux)
+    return _scan_entropy(diff, aux)
 
 
 def entropy(fsa: Fsa) -> jax.Array:
@@ -146,8 +170,10 @@ def entropy(fsa: Fsa) -> jax.Array:
     p(path) = exp(score - log Z) of an Fsa's LOG scores.
 
     Computed by the level recursion over the entropy semiring (records
-    (log-mass, entropy); see `semiring_jax._src.scores.entropy`), in one
-    forward pass; the gradient is autodiff's backward pass through it.
+    (log-mass, entropy); see `semiring_jax._src.scores.entropy`), whose
+    gradient is autodiff's; on a single CPU by a compiled kernel that runs
+    the same recursion and a backward pass for the gradient (the
+    covariance of each arc's use with the path score).
     An Fsa with one path, or with none, has entropy 0.0 (never NaN), and
     so does a single path's set of parallel arcs with -inf weights but
     one. NaN where a weight or final weight that a path reads is NaN, or

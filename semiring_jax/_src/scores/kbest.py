@@ -9,9 +9,13 @@ k² sums: in sorted a and b, the sum a[i] + b[j] is at most each of the
 with (i + 1)(j + 1) <= k can be among the k best (k·H(k) of them, 54 for
 k = 16, instead of 256).
 
-Gradients come from autodiff: the derivative of the k-th score is the
-indicator of the arcs of the k-th path (the one `lax.top_k` picked where
-scores tie).
+On a single CPU, `kbest_scores` runs the same recursion compiled
+(`kernels/scores.cc`, KBEST: a k-way merge of each state's incoming lists)
+and traces the k paths back, so its derivative is the sum of the weight
+tangents along each path; elsewhere (and for `tot_score` in
+`kbest_semiring(k)`) the level scan runs and autodiff differentiates it.
+Either way the derivative of the i-th score is the indicator of the arcs
+of the i-th path (where scores tie, of the one the recursion ranked i-th).
 """
 
 from __future__ import annotations
@@ -23,9 +27,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from semiring_jax._src.core import compensated
+from semiring_jax._src.core.batch import jit_over_batch
 from semiring_jax._src.core.fsa import Fsa
-from semiring_jax._src.core.semiring import Semiring
-from semiring_jax._src.scores.tot_score import check_scorable, tot_score
+from semiring_jax._src.core.schedule import Schedule
+from semiring_jax._src.core.semiring import LOG, Semiring
+from semiring_jax._src.kernels import loader, score_ops
+from semiring_jax._src.scores.tot_score import check_scorable, final_weights, tot_score
 
 __all__ = ["kbest_scores", "kbest_semiring"]
 
@@ -106,21 +113,25 @@ def kbest_semiring(k: int) -> Semiring:
 def kbest_scores(fsa: Fsa, k: int) -> jax.Array:
     """The k best path scores (arc weights plus final weight), best first.
 
-    Computed by the level recursion of `tot_score` in `kbest_semiring(k)`:
-    the cost is about that of a TROPICAL `tot_score` times the cost of
-    keeping k scores per state. Equal paths count separately (two parallel
-    arcs of one weight give that score twice), as in OpenFst's
-    `shortestpath(nshortest=k)` without `unique`. `kbest_scores(fsa, 1)[0]`
-    is `tot_score(fsa, sj.TROPICAL)`. Differentiable: the gradient of the
-    i-th score with respect to `weight` is 1 on the arcs of the i-th path
-    (where scores tie, the path `lax.top_k` keeps) and 0 elsewhere.
+    The recursion of `tot_score` in `kbest_semiring(k)`: compiled on a
+    single CPU (a k-way merge of each state's incoming lists, then the k
+    paths traced back), the level scan elsewhere. Equal paths count
+    separately (two parallel arcs of one weight give that score twice), as
+    in OpenFst's `shortestpath(nshortest=k)` without `unique`.
+    `kbest_scores(fsa, 1)[0]` is `tot_score(fsa, sj.TROPICAL)`.
+    Differentiable: the gradient of the i-th score with respect to
+    `weight` is 1 on the arcs of the i-th path and 0 elsewhere (and with
+    respect to `final_weight`, 1 at its final state). Where scores tie,
+    which tied path is ranked first is fixed but unspecified, and may
+    differ between the compiled and the portable recursion.
 
     Args:
       fsa: an acyclic Fsa, single or batched [B].
       k: the number of scores, >= 1.
     Returns:
       float [k] or [B, k]; -inf where fewer than k paths succeed. NaN where
-      a path reads a NaN weight.
+      a path reads a NaN weight (the compiled recursion makes every score
+      NaN when any real arc or final weight is NaN), with NaN gradients.
     Raises:
       ValueError: if `fsa` has a cycle (naming a state on it) or k is not a
         positive int.
@@ -133,4 +144,31 @@ def kbest_scores(fsa: Fsa, k: int) -> jax.Array:
     """
     semiring = kbest_semiring(k)  # checks k
     check_scorable(fsa, "kbest_scores")
-    return tot_score(fsa, semiring)
+    return jit_over_batch(_kbest_one)(fsa, semiring)
+
+
+def _kbest_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
+    if not loader.serves(fsa.dtype):
+        return tot_score(fsa, semiring)
+    diff = (jnp.asarray(fsa.weight), final_weights(fsa, LOG).astype(fsa.dtype))
+    return _compiled(int(np.size(semiring.zero)), diff, fsa.schedule)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _compiled(k: int, diff: tuple[jax.Array, jax.Array], schedule: Schedule) -> jax.Array:
+    """The KBEST kernel's scores [k], differentiable in diff = (weight
+    [A], final_weight [S])."""
+    weight, final = diff
+    return score_ops.kbest(schedule, weight, final, k)[0]
+
+
+@_compiled.defjvp
+def _compiled_jvp(k: int, primals: tuple, tangents: tuple) -> tuple[jax.Array, jax.Array]:
+    (weight, final), schedule = primals
+    scores, paths, ends = score_ops.kbest(schedule, weight, final, k)
+    weight_tangent, final_tangent = tangents[0]
+    along = jnp.append(weight_tangent, 0)[paths].sum(axis=-1) + jnp.append(final_tangent, 0)[ends]
+    # NaN in, NaN out: a NaN score's derivative is NaN in every input
+    # (0 times the tangents' sum elsewhere).
+    undefined = jnp.where(jnp.isnan(scores), jnp.nan, 0).astype(scores.dtype)
+    return scores, along + undefined * (jnp.sum(weight_tangent) + jnp.sum(final_tangent))

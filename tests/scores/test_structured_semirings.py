@@ -49,7 +49,7 @@ def brute_entropy(data):
 
 
 @SETTINGS
-@given(data=acyclic_fsas(), dtype=DTYPES, k=st.sampled_from([1, 3, 8]))
+@given(data=acyclic_fsas(), dtype=DTYPES, k=st.sampled_from([1, 3, 8, 20]))
 def test_kbest_scores_match_enumeration(data, dtype, k):
     fsa = padded(build(data, dtype))
     got = sj.kbest_scores(fsa, k)
@@ -88,6 +88,20 @@ def test_kbest_forward_and_backward_scores_agree_with_the_total(data, dtype):
     assert forward.shape == backward.shape == (fsa.num_states, 4)
     np.testing.assert_allclose(backward[0], sj.kbest_scores(fsa, 4), **TOL[dtype])
     np.testing.assert_allclose(forward[0], [0.0] + [-math.inf] * 3)
+
+
+@pytest.mark.parametrize("k", [1, 5, 16, 20])
+def test_kbest_merges_many_incoming_lists(k):
+    # 40 parallel arcs into state 1 and 3 out of it: 120 paths, and merges of
+    # more lists than the compiled recursion scans (it keeps a heap then).
+    rng = np.random.default_rng(k)
+    arcs = [(0, 1, 1, float(w)) for w in rng.normal(size=40)]
+    arcs += [(1, 2, 2, float(w)) for w in rng.normal(size=3)]
+    fsa = sj.Fsa.from_arcs(arcs, final=[2], dtype="float64")
+    scores = sorted((a[3] + b[3] for a in arcs[:40] for b in arcs[40:]), reverse=True)
+    kernel, scan = both_paths(lambda f: sj.kbest_scores(f, k), fsa)
+    np.testing.assert_allclose(kernel, scores[:k], rtol=1e-12)
+    np.testing.assert_allclose(scan, scores[:k], rtol=1e-12)
 
 
 def test_kbest_counts_parallel_arcs_and_ties_separately():

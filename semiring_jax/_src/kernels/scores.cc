@@ -504,62 +504,215 @@ ffi::Error TropicalGrad(ffi::ThreadPool pool, Floats<D> weight, Floats<D> final_
 // first. A score's gradient is 1 on its path's arcs and final state,
 // traced back through the saved (arc, source, rank).
 
+// Merges of at most 16 entries on vectors: a list is 16 lanes (two
+// 8-wide vectors of doubles, best first, -inf past its end) with a
+// payload per lane saying where the entry came from. The 16 best of two
+// such lists are max(a, reverse(b)) lane by lane — a bitonic sequence —
+// sorted by four half-cleaner stages. Equal values keep their own
+// payloads, so the payloads stay a permutation; which of two tied entries
+// comes first is fixed but not the lower list's.
+constexpr int64_t kVectorK = 16;
+typedef double Doubles8 __attribute__((vector_size(64)));
+typedef int64_t Longs8 __attribute__((vector_size(64)));
+
+struct Sixteen {
+  Doubles8 value[2];
+  Longs8 origin[2];
+};
+
+// One compare-exchange stage at lane distance `d` within each vector:
+// lanes with (lane & d) == 0 keep the larger of the pair.
+template <int d>
+inline void HalfClean(Doubles8* value, Longs8* origin) {
+  constexpr Longs8 partner = {0 ^ d, 1 ^ d, 2 ^ d, 3 ^ d, 4 ^ d, 5 ^ d, 6 ^ d, 7 ^ d};
+  constexpr Longs8 upper = {(0 & d) == 0, (1 & d) == 0, (2 & d) == 0, (3 & d) == 0,
+                            (4 & d) == 0, (5 & d) == 0, (6 & d) == 0, (7 & d) == 0};
+  const Doubles8 other = __builtin_shuffle(*value, partner);
+  const Longs8 other_origin = __builtin_shuffle(*origin, partner);
+  const Longs8 keep = upper ? (*value >= other) : (*value <= other);
+  *value = keep ? *value : other;
+  *origin = keep ? *origin : other_origin;
+}
+
+inline void SortBitonic(Sixteen* x) {
+  // Distance 8: across the two vectors.
+  const Longs8 keep = x->value[0] >= x->value[1];
+  const Doubles8 high = keep ? x->value[0] : x->value[1];
+  const Doubles8 low = keep ? x->value[1] : x->value[0];
+  const Longs8 high_origin = keep ? x->origin[0] : x->origin[1];
+  const Longs8 low_origin = keep ? x->origin[1] : x->origin[0];
+  x->value[0] = high;
+  x->value[1] = low;
+  x->origin[0] = high_origin;
+  x->origin[1] = low_origin;
+  for (int h = 0; h < 2; ++h) {
+    HalfClean<4>(&x->value[h], &x->origin[h]);
+    HalfClean<2>(&x->value[h], &x->origin[h]);
+    HalfClean<1>(&x->value[h], &x->origin[h]);
+  }
+}
+
+// x = the 16 best of x and y, sorted.
+inline void MergeSixteen(Sixteen* x, const Sixteen& y) {
+  constexpr Longs8 reverse = {7, 6, 5, 4, 3, 2, 1, 0};
+  for (int h = 0; h < 2; ++h) {
+    const Doubles8 other = __builtin_shuffle(y.value[1 - h], reverse);
+    const Longs8 other_origin = __builtin_shuffle(y.origin[1 - h], reverse);
+    const Longs8 keep = x->value[h] >= other;
+    x->value[h] = keep ? x->value[h] : other;
+    x->origin[h] = keep ? x->origin[h] : other_origin;
+  }
+  SortBitonic(x);
+}
+
+// Up to this many lists, each step of a merge scans the lists' heads
+// (branch-free compares) instead of keeping a heap (whose branches
+// mispredict).
+constexpr int64_t kScanLists = 16;
+
 struct KBestState {
-  double* score;    // [S * k]
+  double* score;    // [(S + 1) * k]; row S: a copy of the start's own entries
   int32_t* arc;     // [S * k]
   int32_t* from;    // [S * k]
   int32_t* rank;    // [S * k]
-  int32_t* heap;    // [max(A, S) + 1], list ids (scratch)
-  int32_t* cursor;  // [max(A, S) + 1], each list's next entry
-  double* key;      // [max(A, S) + 1], each list's next value
+  // Scratch for one merge of up to max(A, S) + 1 lists: list i is row
+  // offset[i] of `score` (k entries) shifted by shift[i].
+  int64_t* offset;
+  double* shift;
+  double* key;      // each list's next value
+  int32_t* cursor;  // each list's next entry
+  int32_t* heap;    // list ids
+  double* values;   // [kScanLists * k], the lists of a small merge
 };
 
 inline size_t KBestStateBytes(const Sizes& z, int64_t k) {
-  const int64_t lists = std::max(z.num_arcs, z.num_states) + 1;
-  return Workspace::Bytes<double>(z.num_states * k) +
-         3 * Workspace::Bytes<int32_t>(z.num_states * k) +
-         2 * Workspace::Bytes<int32_t>(lists) + Workspace::Bytes<double>(lists);
+  const int64_t lists = std::max({z.num_arcs, z.num_states, k}) + 1;
+  return Workspace::Bytes<double>((z.num_states + 1) * k + kVectorK) +
+         3 * Workspace::Bytes<int32_t>(z.num_states * k) + Workspace::Bytes<int64_t>(lists) +
+         2 * Workspace::Bytes<double>(lists) + 2 * Workspace::Bytes<int32_t>(lists) +
+         Workspace::Bytes<double>(kScanLists * k);
 }
 
 inline KBestState TakeKBestState(const Sizes& z, int64_t k, Workspace* space) {
-  const int64_t lists = std::max(z.num_arcs, z.num_states) + 1;
+  const int64_t lists = std::max({z.num_arcs, z.num_states, k}) + 1;
   KBestState st;
-  st.score = space->Take<double>(z.num_states * k);
+  st.score = space->Take<double>((z.num_states + 1) * k + kVectorK);
   st.arc = space->Take<int32_t>(z.num_states * k);
   st.from = space->Take<int32_t>(z.num_states * k);
   st.rank = space->Take<int32_t>(z.num_states * k);
-  st.heap = space->Take<int32_t>(lists);
-  st.cursor = space->Take<int32_t>(lists);
+  st.offset = space->Take<int64_t>(lists);
+  st.shift = space->Take<double>(lists);
   st.key = space->Take<double>(lists);
+  st.cursor = space->Take<int32_t>(lists);
+  st.heap = space->Take<int32_t>(lists);
+  st.values = space->Take<double>(kScanLists * k);
   return st;
 }
 
-// Merges `count` lists, each non-increasing (list i's c-th entry is
-// value(i, c), -inf past its end), into their k best: emit(r, i, c) for
-// r = 0, 1, ... while the best left is above -inf. Returns how many were
-// emitted. Ties go to the lower list (a list's entries come in order).
-template <typename Value, typename Emit>
-int64_t MergeBest(int64_t count, int64_t k, const Value& value, const Emit& emit,
-                  const KBestState& st) {
-  int32_t* heap = st.heap;
+// Merges the `count` lists set up in st.offset / st.shift (each list's
+// entries non-increasing, -inf past its end) into their k best: emit(r, i,
+// c, v) for r = 0, 1, ... while the best left is above -inf, v being list
+// i's c-th entry. Returns how many were emitted. Ties go to the lower list
+// (a list's entries come in order).
+template <typename Emit>
+int64_t MergeBest(int64_t count, int64_t k, const KBestState& st, const Emit& emit) {
   double* key = st.key;
+  if (k > 1 && k <= kVectorK) {
+    // Lanes past k read the next row (`score` has kVectorK spare
+    // entries at its end) and are masked to -inf.
+    Longs8 in_list[2];
+    for (int lane = 0; lane < 8; ++lane) {
+      in_list[0][lane] = lane < k ? -1 : 0;
+      in_list[1][lane] = lane + 8 < k ? -1 : 0;
+    }
+    constexpr Longs8 lanes[2] = {{0, 1, 2, 3, 4, 5, 6, 7}, {8, 9, 10, 11, 12, 13, 14, 15}};
+    const Doubles8 none = {kNegInf<double>, kNegInf<double>, kNegInf<double>, kNegInf<double>,
+                           kNegInf<double>, kNegInf<double>, kNegInf<double>, kNegInf<double>};
+    const auto load = [&](int64_t i) {
+      Sixteen list;
+      const double* row = st.score + st.offset[i];
+      const double shift = st.shift[i];
+      for (int h = 0; h < 2; ++h) {
+        Doubles8 v;
+        std::memcpy(&v, row + 8 * h, sizeof(v));
+        const Longs8 zero = (v == none) | (shift == kNegInf<double>);  // -inf absorbs +inf
+        list.value[h] = (in_list[h] & ~zero) ? v + shift : none;
+        list.origin[h] = lanes[h] + (i << 32);
+      }
+      return list;
+    };
+    Sixteen best = load(0);
+    for (int64_t i = 1; i < count; ++i) {
+      // A list whose best is no better than the k-th kept cannot enter.
+      const double head = Times(st.score[st.offset[i]], st.shift[i]);
+      const double worst = (k - 1) < 8 ? best.value[0][k - 1] : best.value[1][k - 9];
+      if (head > worst) MergeSixteen(&best, load(i));
+    }
+    double values[kVectorK];
+    int64_t origins[kVectorK];
+    std::memcpy(values, best.value, sizeof(values));
+    std::memcpy(origins, best.origin, sizeof(origins));
+    int64_t emitted = 0;
+    for (; emitted < k && values[emitted] > kNegInf<double>; ++emitted) {
+      emit(emitted, origins[emitted] >> 32, origins[emitted] & 0xffffffff, values[emitted]);
+    }
+    return emitted;
+  }
+  if (count <= kScanLists) {
+    // The lists' entries, shifted, copied side by side first: the loads
+    // are independent of each other, and the merge's steps (each waiting
+    // for the last) then read only this buffer.
+    double* values = st.values;
+    for (int64_t i = 0; i < count; ++i) {
+      const double* row = st.score + st.offset[i];
+      const double shift = st.shift[i];
+      for (int64_t c = 0; c < k; ++c) values[i * k + c] = Times(row[c], shift);
+    }
+    double keys[kScanLists];
+    int32_t taken[kScanLists];
+    for (int64_t i = 0; i < count; ++i) {
+      keys[i] = values[i * k];
+      taken[i] = 0;
+    }
+    int64_t emitted = 0;
+    while (emitted < k) {
+      double best = kNegInf<double>;
+      int64_t chosen = 0;
+      for (int64_t i = 0; i < count; ++i) {
+        const bool wins = keys[i] > best;  // strict: the lower list keeps a tie
+        best = wins ? keys[i] : best;
+        chosen = wins ? i : chosen;
+      }
+      if (!(best > kNegInf<double>)) break;
+      st.cursor[emitted] = static_cast<int32_t>(chosen);
+      st.heap[emitted] = taken[chosen];
+      key[emitted++] = best;
+      const int32_t next = ++taken[chosen];
+      keys[chosen] = next < k ? values[chosen * k + next] : kNegInf<double>;
+    }
+    for (int64_t r = 0; r < emitted; ++r) emit(r, st.cursor[r], st.heap[r], key[r]);
+    return emitted;
+  }
+  int32_t* heap = st.heap;
   const auto better = [key](int32_t a, int32_t b) {
     return key[a] > key[b] || (key[a] == key[b] && a < b);
   };
   const auto sift_down = [&](int64_t size, int64_t at) {
+    const int32_t item = heap[at];
     for (;;) {
       const int64_t left = 2 * at + 1;
-      if (left >= size) return;
+      if (left >= size) break;
       int64_t top = left;
       if (left + 1 < size && better(heap[left + 1], heap[left])) top = left + 1;
-      if (!better(heap[top], heap[at])) return;
-      std::swap(heap[top], heap[at]);
+      if (!better(heap[top], item)) break;
+      heap[at] = heap[top];
       at = top;
     }
+    heap[at] = item;
   };
   int64_t size = 0;
   for (int64_t i = 0; i < count; ++i) {
-    key[i] = value(i, 0);
+    key[i] = Times(st.score[st.offset[i]], st.shift[i]);
     st.cursor[i] = 0;
     if (key[i] > kNegInf<double>) heap[size++] = static_cast<int32_t>(i);
   }
@@ -567,10 +720,13 @@ int64_t MergeBest(int64_t count, int64_t k, const Value& value, const Emit& emit
   int64_t emitted = 0;
   while (emitted < k && size > 0) {
     const int32_t i = heap[0];
-    emit(emitted++, i, st.cursor[i]);
+    emit(emitted++, i, st.cursor[i], key[i]);
     const int32_t next = ++st.cursor[i];
-    key[i] = next < k ? value(i, next) : kNegInf<double>;
-    if (!(key[i] > kNegInf<double>)) heap[0] = heap[--size];
+    key[i] = next < k ? Times(st.score[st.offset[i] + next], st.shift[i]) : kNegInf<double>;
+    if (!(key[i] > kNegInf<double>)) {
+      if (--size == 0) break;
+      heap[0] = heap[size];
+    }
     sift_down(size, 0);
   }
   return emitted;
@@ -583,10 +739,8 @@ template <typename T>
 bool KBestForwardOne(const Sizes& z, const Entry<T>& e, int64_t k, const KBestState& st,
                      double* out_score, int32_t* out_state, int32_t* out_rank) {
   const int64_t S = z.num_states;
-  for (int64_t i = 0; i < S * k; ++i) {
-    st.score[i] = kNegInf<double>;
-    st.arc[i] = -2;
-  }
+  std::fill(st.score, st.score + (S + 1) * k + kVectorK, kNegInf<double>);
+  std::fill(st.arc, st.arc + S * k, -2);
   st.score[0] = 0.0;  // the empty prefix at the start
   st.arc[0] = -1;
   bool nan = false;
@@ -594,50 +748,52 @@ bool KBestForwardOne(const Sizes& z, const Entry<T>& e, int64_t k, const KBestSt
     const int64_t begin = PullBegin(e.pull_end, p), end = e.pull_end[p];
     if (begin == end) continue;
     const int32_t s = e.pos_state[p];
-    for (int64_t j = begin; j < end; ++j) nan |= e.weight[e.pull_arc[j]] != e.weight[e.pull_arc[j]];
-    // List 0: the state's own entries (the empty prefix at the start);
-    // list 1 + j - begin: arc j's source list shifted by its weight.
-    double own = st.score[s * k];
-    const auto value = [&](int64_t list, int64_t c) -> double {
-      if (list == 0) return c == 0 ? own : kNegInf<double>;
-      const int64_t j = begin + list - 1;
+    // List 0 at the start: its own entries (the empty prefix), copied to
+    // row S because the merge writes over row s. Then one list per arc.
+    const int64_t first = s == 0 ? 1 : 0;
+    if (first) {
+      std::copy(st.score, st.score + k, st.score + S * k);
+      st.offset[0] = S * k;
+      st.shift[0] = 0.0;
+    }
+    for (int64_t j = begin; j < end; ++j) {
       const double w = static_cast<double>(e.weight[e.pull_arc[j]]);
-      if (w != w) return kNegInf<double>;  // reported as NaN once merged
-      return Times(st.score[e.pull_src[j] * k + c], w);
-    };
-    // The merge writes over this state's list: keep the own entry's data.
-    const int32_t own_arc = st.arc[s * k];
-    const auto emit = [&](int64_t r, int64_t list, int64_t c) {
+      nan |= w != w;
+      st.offset[first + j - begin] = static_cast<int64_t>(e.pull_src[j]) * k;
+      st.shift[first + j - begin] = w != w ? kNegInf<double> : w;  // NaN: reported after
+    }
+    const auto emit = [&](int64_t r, int64_t list, int64_t c, double v) {
       const int64_t at = s * k + r;
-      st.score[at] = value(list, c);
-      if (list == 0) {
-        st.arc[at] = own_arc;
+      st.score[at] = v;
+      if (list < first) {
+        st.arc[at] = -1;
         st.from[at] = s;
         st.rank[at] = 0;
       } else {
-        const int64_t j = begin + list - 1;
+        const int64_t j = begin + list - first;
         st.arc[at] = e.pull_arc[j];
         st.from[at] = e.pull_src[j];
         st.rank[at] = static_cast<int32_t>(c);
       }
     };
-    const int64_t found = MergeBest(1 + end - begin, k, value, emit, st);
+    const int64_t found = MergeBest(first + end - begin, k, st, emit);
     for (int64_t r = found; r < k; ++r) {
       st.score[s * k + r] = kNegInf<double>;
       st.arc[s * k + r] = -2;
     }
   }
-  for (int64_t s = 0; s < S; ++s) nan |= e.final_weight[s] != e.final_weight[s];
-  const auto value = [&](int64_t s, int64_t c) -> double {
+  for (int64_t s = 0; s < S; ++s) {
     const double f = static_cast<double>(e.final_weight[s]);
-    return f != f ? kNegInf<double> : Times(st.score[s * k + c], f);
-  };
-  const auto emit = [&](int64_t r, int64_t s, int64_t c) {
-    out_score[r] = value(s, c);
+    nan |= f != f;
+    st.offset[s] = s * k;
+    st.shift[s] = f != f ? kNegInf<double> : f;
+  }
+  const auto emit = [&](int64_t r, int64_t s, int64_t c, double v) {
+    out_score[r] = v;
     out_state[r] = static_cast<int32_t>(s);
     out_rank[r] = static_cast<int32_t>(c);
   };
-  const int64_t found = MergeBest(S, k, value, emit, st);
+  const int64_t found = MergeBest(S, k, st, emit);
   for (int64_t r = found; r < k; ++r) {
     out_score[r] = kNegInf<double>;
     out_state[r] = static_cast<int32_t>(S);

@@ -744,8 +744,19 @@ bool KBestForwardOne(const Sizes& z, const Entry<T>& e, int64_t k, const KBestSt
   st.score[0] = 0.0;  // the empty prefix at the start
   st.arc[0] = -1;
   bool nan = false;
-  for (int64_t p = 0; p < z.levels * z.width; ++p) {
+  const int64_t P = z.levels * z.width;
+  for (int64_t p = 0; p < P; ++p) {
     const int64_t begin = PullBegin(e.pull_end, p), end = e.pull_end[p];
+    // The next position's source lists and weights, fetched while this
+    // one merges (they are scattered: the loads would wait on memory).
+    if (p + 1 < P) {
+      for (int64_t j = end; j < e.pull_end[p + 1]; ++j) {
+        const double* row = st.score + static_cast<int64_t>(e.pull_src[j]) * k;
+        __builtin_prefetch(row);
+        if (k > 8) __builtin_prefetch(row + 8);
+        __builtin_prefetch(e.weight + e.pull_arc[j]);
+      }
+    }
     if (begin == end) continue;
     const int32_t s = e.pos_state[p];
     // List 0 at the start: its own entries (the empty prefix), copied to

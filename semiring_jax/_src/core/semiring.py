@@ -171,12 +171,17 @@ class Semiring:
         )
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Semiring) and self._key() == other._key()
+        return isinstance(other, Semiring) and self.__dict__["_hashed"] == other.__dict__["_hashed"]
 
     def __hash__(self) -> int:
-        return hash(self._key())
+        return hash(self.__dict__["_hashed"])
 
     def __post_init__(self) -> None:
+        self._check()
+        # Jit caches hash and compare semirings on every call: the key once.
+        object.__setattr__(self, "_hashed", self._key())
+
+    def _check(self) -> None:
         where = f"Semiring {self.name!r}"
         if not records.is_plain(self.one) and records.is_plain(self.zero):
             raise ValueError(f"{where}: zero is a number but one is {self.one!r}")

@@ -269,6 +269,16 @@ def test_kl_is_inf_where_q_misses_a_path_of_p():
     assert float(sj.kl_divergence(q, p)) == pytest.approx(math.log(2))
 
 
+def test_kl_is_accurate_at_huge_scores():
+    p = sj.Fsa.from_arcs([(0, 1, 1, 0.0), (0, 1, 2, 0.0)], final=[1])
+    wp = np.array([1e6, 1e6], np.float32)
+    wq = np.array([1e6, 1e6 - 1.0986], np.float32)  # float32 rounds to 1/16 here
+    q_share = np.exp(wq.astype(np.float64) - np.logaddexp.reduce(wq.astype(np.float64)))
+    expected = float(np.sum(0.5 * (np.log(0.5) - np.log(q_share))))
+    got = sj.kl_divergence(p.replace(weight=jnp.asarray(wp)), p.replace(weight=jnp.asarray(wq)))
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+
+
 def test_kl_gradients_in_both_match_finite_differences():
     rng = np.random.default_rng(8)
     data = oracles.random_dag(rng, 6, 14)

@@ -163,8 +163,8 @@ def _forward(
             saved = new_alpha
         return new_alpha, (saved, jnp.where(active, shift, 0).astype(dtype))
 
-    frames = jnp.arange(records.leaves_of(emissions)[0].shape[0], dtype=jnp.int32)
     reference = records.leaves_of(emissions)[0]
+    frames = jnp.arange(reference.shape[0], dtype=jnp.int32)
     alpha, (saved, shifts) = jax.lax.scan(
         step, _start(semiring, size, dtype, reference), (frames, emissions)
     )

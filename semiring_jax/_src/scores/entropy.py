@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from semiring_jax._src.core import compensated, derivatives
+from semiring_jax._src.core import checks, compensated, derivatives
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.semiring import LOG, Semiring, lifted
 from semiring_jax._src.kernels import loader, score_ops
@@ -63,6 +63,11 @@ def _nan_where(condition: jax.Array, values: jax.Array) -> jax.Array:
     return jnp.where(condition, jnp.asarray(_NAN, values.dtype), values)
 
 
+def _stacked(a: Any, b: Any) -> Any:
+    """Two records stacked along a new leading axis 0, for ⊕ as a sum."""
+    return jax.tree_util.tree_map(lambda *v: jnp.stack(jnp.broadcast_arrays(*v)), a, b)
+
+
 def _entropy_sum(x: tuple[jax.Array, jax.Array], axis: int) -> tuple[jax.Array, jax.Array]:
     z, h = x
     total, log_share, live = _shares(z, axis)
@@ -72,9 +77,7 @@ def _entropy_sum(x: tuple[jax.Array, jax.Array], axis: int) -> tuple[jax.Array, 
 
 
 def _entropy_plus(a: tuple[jax.Array, jax.Array], b: tuple[jax.Array, jax.Array]) -> Any:
-    return _entropy_sum(
-        jax.tree_util.tree_map(lambda *v: jnp.stack(jnp.broadcast_arrays(*v)), a, b), 0
-    )
+    return _entropy_sum(_stacked(a, b), 0)
 
 
 def _entropy_times(a: tuple[jax.Array, jax.Array], b: tuple[jax.Array, jax.Array]) -> Any:
@@ -98,19 +101,19 @@ ENTROPY = Semiring(
 def _kl_sum(x: tuple[jax.Array, jax.Array, jax.Array], axis: int) -> Any:
     zp, zq, d = x
     total_p, log_p, live_p = _shares(zp, axis)
-    total_q = LOG.sum(zq, axis=axis)
-    base_q = jnp.expand_dims(jnp.where(jnp.isfinite(total_q), total_q, 0), axis)
+    total_q, log_q, live_q = _shares(zq, axis)
     # A share of p where q has none makes the divergence +inf.
-    log_q = jnp.where(zq > -jnp.inf, zq - base_q, -jnp.inf)
-    safe_q = jnp.where(live_p, log_q, 0)
+    safe_q = jnp.where(live_p, jnp.where(live_q, log_q, -jnp.inf), 0)
     share = jnp.where(live_p, jnp.exp(log_p), 0)
     mixed = jnp.sum(jnp.where(live_p, share * (d + log_p - safe_q), 0), axis=axis)
-    bad = jnp.isnan(total_p) | jnp.isnan(total_q) | jnp.any(jnp.isnan(d), axis=axis)
+    # q's shares are undefined where its mass is infinite (a +inf weight).
+    bad = jnp.isnan(total_p) | jnp.isnan(total_q) | (total_q == jnp.inf)
+    bad = bad | jnp.any(jnp.isnan(d), axis=axis)
     return total_p, total_q, _nan_where(bad, mixed)
 
 
 def _kl_plus(a: Any, b: Any) -> Any:
-    return _kl_sum(jax.tree_util.tree_map(lambda *v: jnp.stack(jnp.broadcast_arrays(*v)), a, b), 0)
+    return _kl_sum(_stacked(a, b), 0)
 
 
 def _kl_times(a: Any, b: Any) -> Any:
@@ -211,9 +214,8 @@ def _over_batch(fn: Any) -> Any:
 
 
 def _kl_one(p: Fsa, q: Fsa) -> jax.Array:
-    p_arcs, p_finals = lifted(LOG, p.weight, p.arc_mask), scores.final_weights(p, LOG)
-    q_arcs = lifted(LOG, q.weight, p.arc_mask)
-    q_finals = lifted(LOG, q.final_weight, p.final_mask)
+    p_arcs, p_finals = lifted(LOG, p.weight, p.arc_mask), lifted(LOG, p.final_weight, p.final_mask)
+    q_arcs, q_finals = lifted(LOG, q.weight, p.arc_mask), lifted(LOG, q.final_weight, p.final_mask)
     weight = (p_arcs, q_arcs, jnp.zeros_like(p_arcs))
     final = (p_finals, q_finals, jnp.zeros_like(p_finals))
     total_p, _, divergence = scores.scan_total(KL, p.schedule, weight, final)
@@ -222,9 +224,9 @@ def _kl_one(p: Fsa, q: Fsa) -> jax.Array:
 
 def _check_same_arcs(p: Fsa, q: Fsa) -> None:
     for fsa, name in ((p, "p"), (q, "q")):
-        scores.check_scorable(fsa, "kl_divergence")
         if not isinstance(fsa, Fsa):
             raise TypeError(f"kl_divergence: {name} is not an Fsa")
+        scores.check_scorable(fsa, "kl_divergence")
     for field in ("src", "dst", "arc_mask", "final_mask"):
         a, b = getattr(p, field), getattr(q, field)
         if np.shape(a) != np.shape(b):
@@ -232,7 +234,7 @@ def _check_same_arcs(p: Fsa, q: Fsa) -> None:
                 f"kl_divergence: p and q differ in {field} shape ({np.shape(a)} vs "
                 f"{np.shape(b)}); they must share one structure"
             )
-        if isinstance(a, jax.core.Tracer) or isinstance(b, jax.core.Tracer):
+        if checks.is_traced(a) or checks.is_traced(b):
             continue
         differ = np.flatnonzero(np.asarray(a).reshape(-1) != np.asarray(b).reshape(-1))
         if differ.size:
@@ -259,7 +261,8 @@ def kl_divergence(p: Fsa, q: Fsa) -> jax.Array:
     Returns:
       float [] or [B], >= 0: 0.0 where p has no path; +inf where q gives
       zero probability to a path that p does not (its gradient is then
-      undefined); NaN where a weight either reads is NaN.
+      undefined); NaN where a weight either reads is NaN, or where a +inf
+      weight makes a mass infinite.
     Raises:
       ValueError: if either has a cycle, or p and q differ in structure
         (naming the field and the arc or state).

@@ -497,12 +497,14 @@ ffi::Error TropicalGrad(ffi::ThreadPool pool, Floats<D> weight, Floats<D> final_
 // past the number of prefixes), with its last arc (-1: the start's empty
 // prefix, -2: none), that arc's source state and the rank it extends
 // there. A state's list is a k-way merge of its incoming arcs' lists
-// shifted by their weights, each sorted already, so it costs its in-arcs
-// plus k heap steps, not k times its in-arcs. Ties: the empty prefix, then
-// the lower pull index (arc order within a state), then the lower rank;
-// the total merges the states' lists ⊗ final weights, the lower state
-// first. A score's gradient is 1 on its path's arcs and final state,
-// traced back through the saved (arc, source, rank).
+// shifted by their weights, each sorted already (MergeBest: on vectors for
+// 2 <= k <= 16, else a scan of the lists' heads or a heap), so it costs
+// about its in-arcs plus k steps, not k times its in-arcs; the total
+// merges the states' lists ⊗ final weights. Ties: for k = 1 or k > 16 the
+// empty prefix, then the lower pull index (arc order within a state), then
+// the lower rank, and the lower state in the total; on vectors a fixed
+// order that is not that one. A score's gradient is 1 on its path's arcs
+// and final state, traced back through the saved (arc, source, rank).
 
 // Merges of at most 16 entries on vectors: a list is 16 lanes (two
 // 8-wide vectors of doubles, best first, -inf past its end) with a
@@ -613,7 +615,7 @@ inline KBestState TakeKBestState(const Sizes& z, int64_t k, Workspace* space) {
 // entries non-increasing, -inf past its end) into their k best: emit(r, i,
 // c, v) for r = 0, 1, ... while the best left is above -inf, v being list
 // i's c-th entry. Returns how many were emitted. Ties go to the lower list
-// (a list's entries come in order).
+// (a list's entries come in order), except on vectors (see Sixteen).
 template <typename Emit>
 int64_t MergeBest(int64_t count, int64_t k, const KBestState& st, const Emit& emit) {
   double* key = st.key;

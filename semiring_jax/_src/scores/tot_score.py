@@ -276,7 +276,7 @@ def _backward_one(fsa: Fsa, semiring: Semiring) -> Any:
     weight, final_weight = _diff(fsa, semiring)
     if _is_builtin(semiring):
         pair = level_pairs.backward(
-            schedule, fsa.weight, final_weight, tropical=semiring.arithmetic == "tropical"
+            schedule, weight, final_weight, tropical=semiring.arithmetic == "tropical"
         )
         beta = pair[0] + pair[1]
     else:

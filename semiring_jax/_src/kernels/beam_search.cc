@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common.h"
+#include "lanes.h"
 
 namespace {
 
@@ -116,12 +117,8 @@ bool SearchOne(const Graph& g, const T* weight, const T* rows, int64_t vocab, in
           }
           // The chunk's arcs at or above the cutoff, listed without a
           // branch (most are below it), then each relaxed.
-          int32_t above[kChunk];
-          int32_t m = 0;
-          for (int32_t i = 0; i < n; ++i) {
-            above[m] = i;
-            m += candidate[i] >= cutoff;
-          }
+          int32_t above[kChunk + 15];
+          const int32_t m = ListAtLeast(candidate, n, cutoff, above);
           skipped |= m < n;
           const int64_t edge0 = edge + (a0 - begin);
           for (int32_t j = 0; j < m; ++j) {

@@ -9,7 +9,8 @@ intersection with a general graph (`dense_tot_score`, `viterbi_decode`,
 search of `intersect_dense_pruned` and `pruned_lattice.cc` (plain C too) its
 lattice;
 `kshortest.cc` (plain C too) the search of `nbest`;
-`common.h` holds their SIMD exp and log and their use of XLA's CPU threads. They are
+`common.h` holds their SIMD exp and log and their use of XLA's CPU threads,
+`lanes.h` the searches' branch-free filters. They are
 compiled once per machine, jaxlib version and source text with the C++
 compiler (`$CXX`, else `c++`), for the building CPU (`-march=native`, and
 without it if the compiler refuses), against the FFI headers that ship with
@@ -84,7 +85,7 @@ _SOURCES = (
     _HERE / "pruned_lattice.cc",
     _HERE / "kshortest.cc",
 )
-_HEADERS = (_HERE / "common.h",)
+_HEADERS = (_HERE / "common.h", _HERE / "lanes.h")
 
 # The dtypes the handlers take, by the suffix of their names.
 _DTYPES = {"float32": "f32", "float64": "f64"}

@@ -3,12 +3,14 @@
 // called from the host through ctypes (it runs outside any XLA program, on
 // numpy arrays). Passes over the arcs between states active at
 // consecutive frames, each found again from the graph's arcs grouped by
-// source: forward for the states reached from the start (skipped for rows
+// source (their destinations looked up in [S] tables of the next frame's
+// states, and filtered a chunk at a time by lanes.h): forward for the states reached from the start (skipped for rows
 // from a search, where all are), backward (on a path to a final state,
 // and Viterbi scores to the end), and forward for the Viterbi scores from
 // the start and the arcs within the output beam, skipping the states
-// outside it. Memory: O(active states of all frames) for the per-state values and
-// O(kept arcs) for the output, never the unpruned arcs of every frame.
+// outside it. Memory: O(active states of all frames) for the per-state
+// values, O(S) for the tables and O(kept arcs) for the output, never the
+// unpruned arcs of every frame.
 
 #include <algorithm>
 #include <cmath>
@@ -16,6 +18,8 @@
 #include <limits>
 #include <new>
 #include <vector>
+
+#include "lanes.h"
 
 namespace {
 
@@ -48,14 +52,21 @@ struct Frames {
   int64_t Size(int64_t t) const { return first[t + 1] - first[t]; }
 };
 
-Frames ActiveStates(const int32_t* first, const int32_t* state, int64_t length) {
+// The rows' states sorted and unique per frame, by a bitmap over the graph's
+// states (a sort per frame cost a sixth of the lattice's time).
+Frames ActiveStates(const int32_t* first, const int32_t* state, int64_t length,
+                    int64_t num_states) {
   Frames f;
   f.first.push_back(0);
+  std::vector<uint64_t> bits((num_states + 63) / 64, 0);
   for (int64_t t = 0; t <= length; ++t) {
-    const int64_t begin = f.state.size();
-    f.state.insert(f.state.end(), state + first[t], state + first[t + 1]);
-    std::sort(f.state.begin() + begin, f.state.end());
-    f.state.erase(std::unique(f.state.begin() + begin, f.state.end()), f.state.end());
+    for (int32_t m = first[t]; m < first[t + 1]; ++m) bits[state[m] >> 6] |= uint64_t{1} << (state[m] & 63);
+    for (size_t w = 0; w < bits.size(); ++w) {
+      for (uint64_t word = bits[w]; word != 0; word &= word - 1) {
+        f.state.push_back(static_cast<int32_t>(w * 64 + __builtin_ctzll(word)));
+      }
+      bits[w] = 0;
+    }
     f.first.push_back(f.state.size());
   }
   return f;
@@ -118,9 +129,65 @@ double Score(const Graph& g, const double* emissions, int64_t vocab, int64_t t, 
   return g.weight[a] + emissions[t * vocab + g.label[a]];
 }
 
+// Arcs per vectorised pass of the backward and forward passes.
+constexpr int32_t kChunk = 64;
+
+// Frame t + 1's states by graph state, so that a pass over frame t's arcs
+// gathers from [S] tables instead of searching: slot[s] = j + 1 for the
+// frame's j-th state when it is alive (on a path to a final state), else
+// 0, and beta[s] its best score to the end. Set for one frame and cleared
+// after it, so that they stay [S] for any length.
+struct NextFrame {
+  std::vector<int32_t> slot;
+  std::vector<double> beta;
+
+  explicit NextFrame(int64_t num_states) : slot(num_states, 0), beta(num_states, kNegInf) {}
+
+  void Set(const Frames& f, int64_t t, const Flags& alive, const std::vector<double>& scores) {
+    for (int64_t j = 0; j < f.Size(t); ++j) {
+      const int64_t m = f.first[t] + j;
+      slot[f.state[m]] = alive[m] ? static_cast<int32_t>(j + 1) : 0;
+      beta[f.state[m]] = scores[m];
+    }
+  }
+
+  void Clear(const Frames& f, int64_t t) {
+    for (int64_t m = f.first[t]; m < f.first[t + 1]; ++m) slot[f.state[m]] = 0;
+  }
+};
+
+// One source state's best score to the end over its arcs [begin, end) into
+// `next`'s alive states (beta, as Relax folds: NaN stays), with whether any
+// reaches one (alive) and whether such an arc's score is NaN.
+struct Backward {
+  double beta;
+  bool alive, nan;
+};
+
+Backward BackwardOf(const Graph& g, const double* frame, const NextFrame& next, int32_t begin,
+                    int32_t end) {
+  // Two running maxima, so that consecutive arcs' folds do not wait on
+  // each other.
+  double best[2] = {kNegInf, kNegInf};
+  bool alive = false, nan = false;
+  for (int32_t a0 = begin; a0 < end; a0 += kChunk) {
+    int32_t live[kChunk + 15];
+    const int32_t m = ListNonzero(g.dst + a0, next.slot.data(), std::min(kChunk, end - a0), live);
+    alive |= m > 0;
+    for (int32_t i = 0; i < m; ++i) {
+      const int32_t a = a0 + live[i];
+      const double score = g.weight[a] + frame[g.label[a]];
+      Relax(next.beta[g.dst[a]] + score, &best[i & 1]);
+      nan |= score != score;
+    }
+  }
+  Relax(best[1], &best[0]);
+  return {best[0], alive, nan};
+}
+
 Lattice Build(const Graph& g, const double* emissions, int64_t vocab, const int32_t* first,
               const int32_t* state, int64_t length, double output_beam, bool searched) {
-  const Frames f = ActiveStates(first, state, length);
+  const Frames f = ActiveStates(first, state, length, g.num_states);
   const int64_t n = f.state.size();
   std::vector<int32_t> where(g.num_states, -1);
   // Reached from the start: every active state, for rows from a search
@@ -142,15 +209,20 @@ Lattice Build(const Graph& g, const double* emissions, int64_t vocab, const int3
     beta[f.first[length] + j] = end;
     alive[f.first[length] + j] = reach[f.first[length] + j] && final[j];
   }
+  NextFrame table(g.num_states);
   for (int64_t t = length - 1; t >= 0; --t) {
-    const int64_t here = f.first[t], next = f.first[t + 1];
-    ForArcs(g, f, t, where, reach, [&](int64_t i, int32_t j, int32_t a) {
-      if (!alive[next + j]) return;  // on no path to a final state
-      const double score = Score(g, emissions, vocab, t, a);
-      Relax(beta[next + j] + score, &beta[here + i]);
-      alive[here + i] = true;
-      nan |= std::isnan(score);
-    });
+    const int64_t here = f.first[t];
+    table.Set(f, t + 1, alive, beta);
+    for (int64_t i = 0; i < f.Size(t); ++i) {
+      if (!reach[here + i]) continue;
+      const int32_t s = f.state[here + i];
+      const Backward b =
+          BackwardOf(g, emissions + t * vocab, table, g.out_start[s], g.out_start[s + 1]);
+      beta[here + i] = b.beta;
+      alive[here + i] = b.alive;
+      nan |= b.nan;
+    }
+    table.Clear(f, t + 1);
   }
   // With a NaN read, no arc is cut by the beam (so that the NaN stays).
   const bool cut = std::isfinite(output_beam) && !nan;
@@ -170,15 +242,27 @@ Lattice Build(const Graph& g, const double* emissions, int64_t vocab, const int3
   std::vector<Kept> kept;
   for (int64_t t = 0; t < length; ++t) {
     const int64_t here = f.first[t], next = f.first[t + 1];
-    ForArcs(g, f, t, where, open, [&](int64_t i, int32_t j, int32_t a) {
-      if (!alive[next + j]) return;
-      if (cut) {
-        const double through = alpha[here + i] + Score(g, emissions, vocab, t, a);
-        Relax(through, &alpha[next + j]);
-        if (!(through + beta[next + j] >= best - output_beam)) return;
+    table.Set(f, t + 1, alive, beta);
+    for (int64_t i = 0; i < f.Size(t); ++i) {
+      if (!open[here + i]) continue;
+      const int32_t s = f.state[here + i];
+      for (int32_t a0 = g.out_start[s]; a0 < g.out_start[s + 1]; a0 += kChunk) {
+        int32_t live[kChunk + 15];
+        const int32_t m = ListNonzero(g.dst + a0, table.slot.data(),
+                                      std::min(kChunk, g.out_start[s + 1] - a0), live);
+        for (int32_t k = 0; k < m; ++k) {
+          const int32_t a = a0 + live[k];
+          const int32_t j = table.slot[g.dst[a]] - 1;
+          if (cut) {
+            const double through = alpha[here + i] + Score(g, emissions, vocab, t, a);
+            Relax(through, &alpha[next + j]);
+            if (!(through + beta[next + j] >= best - output_beam)) continue;
+          }
+          kept.push_back({t, static_cast<int32_t>(i), j, a});
+        }
       }
-      kept.push_back({t, static_cast<int32_t>(i), j, a});
-    });
+    }
+    table.Clear(f, t + 1);
     for (int64_t j = 0; j < f.Size(t + 1); ++j) open[next + j] = opened(next + j);
   }
   if (cut) {

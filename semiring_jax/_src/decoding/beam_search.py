@@ -60,10 +60,18 @@ def search_graph(
     expand = int(np.sort(degrees)[::-1][:slots].sum())
     if max_arcs is not None:
         expand = min(expand, max_arcs)
-    # One more arc, never expanded (no state's range reaches it), so that a
-    # graph without arcs still has something to gather from.
-    as32 = lambda values: np.append(np.asarray(values, np.int32), 0).astype(np.int32)
-    return SearchGraph(out_start, as32(dst[order]), as32(label[order]), arc[order], max(expand, 1))
+    return SearchGraph(
+        out_start, _with_spare(dst, order), _with_spare(label, order), arc[order], max(expand, 1)
+    )
+
+
+def _with_spare(values: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """int32 [A' + 1]: values[order], then one more arc, never expanded (no
+    state's range reaches it), so that a graph without arcs still has
+    something to gather from. One copy (these are the graph's size)."""
+    out = np.zeros(order.size + 1, np.int32)
+    out[:-1] = values[order]
+    return out
 
 
 def _step(

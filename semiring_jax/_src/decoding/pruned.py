@@ -226,13 +226,20 @@ class _HostGraph(NamedTuple):
             np.asarray(search.out_start),
             np.asarray(search.dst),
             np.asarray(search.label),
-            np.append(native[order], -np.inf).astype(dtype),
+            _with_spare_weight(native, order, dtype),
             search.expand,
         )
         lattice = pruned_lattice_ops.LatticeGraph(
             tables.out_start, tables.dst[:-1], tables.label[:-1], order, weight[order], final
         )
         return cls(fsa, parts, real, weight, final, search, tables, lattice)
+
+
+def _with_spare_weight(native: np.ndarray, order: np.ndarray, dtype: Any) -> np.ndarray:
+    """[A' + 1] in `dtype`: native[order], then the spare arc's -inf."""
+    out = np.full(order.size + 1, -np.inf, dtype)
+    out[:-1] = native[order]
+    return out
 
 
 def _traced_rows(

@@ -334,6 +334,33 @@ def test_an_interrupted_build_kills_the_compiler_and_leaves_no_partial_file(
     assert gone(pid, sleeper(tmp_path))
 
 
+def test_an_interrupt_as_the_compiler_starts_still_kills_it(tmp_path, monkeypatch):
+    # The signal comes after the compiler has started, before Popen has
+    # returned it: nothing could kill it but for the loader's holding.
+    script = tmp_path / "hang.sh"
+    script.write_text(f"#!/bin/sh\n{hanging(tmp_path)}\n")
+    script.chmod(0o755)
+    start = subprocess.Popen
+
+    def interrupted(*args, **kwargs):
+        process = start(*args, **kwargs)
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "sleeper").exists() or not sleeper_written(tmp_path):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        signal.raise_signal(signal.SIGINT)
+        return process
+
+    monkeypatch.setattr(loader.subprocess, "Popen", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        loader._run([str(script)], timeout=30)
+    assert gone(sleeper(tmp_path))
+
+
+def sleeper_written(tmp_path):
+    return (tmp_path / "sleeper").read_text().strip() != ""
+
+
 def test_stale_partial_files_go_on_the_next_build(tmp_path, library):
     # As a SIGKILLed build leaves them; a recent one may be a live build's.
     compiler = stand_in(tmp_path, library)

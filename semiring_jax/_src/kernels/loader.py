@@ -336,17 +336,21 @@ def _run(command: list[str], timeout: float) -> tuple[int, str]:
     """Runs `command` in a process group of its own, which is killed whole
     (the driver, cc1plus, as, ld) if it times out or we are interrupted:
     killing the driver alone would leave the others writing on."""
-    process = subprocess.Popen(
-        command,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        encoding="utf-8",
-        errors="replace",
-        start_new_session=True,
-    )
+    deadline = time.monotonic() + timeout
+    with _signals_held() as held:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            encoding="utf-8",
+            errors="replace",
+            start_new_session=True,
+        )
     try:
-        output, _ = process.communicate(timeout=max(timeout, 0.01))
+        for signum in held:
+            signal.raise_signal(signum)
+        output = _output(process, deadline)
     except BaseException:
         if hasattr(os, "killpg"):
             with contextlib.suppress(OSError):
@@ -355,6 +359,42 @@ def _run(command: list[str], timeout: float) -> tuple[int, str]:
         process.communicate()  # reaps it; the pipes close once the group is gone
         raise
     return process.returncode, output
+
+
+def _output(process: subprocess.Popen, deadline: float) -> str:
+    """What `process` writes until it exits; subprocess.TimeoutExpired at
+    `deadline`. Waits in short slices: a signal's Python handler runs in the
+    main thread only, and where the system gave the signal to another
+    thread a single long wait would not notice it until it ended."""
+    while True:
+        try:
+            output, _ = process.communicate(
+                timeout=max(min(deadline - time.monotonic(), 0.2), 0.01)
+            )
+            return output
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                raise
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[list[int]]:
+    """Holds SIGINT and SIGTERM for the block and yields those that came,
+    for the caller to raise again where it can clean up: one arriving inside
+    Popen, after the compiler has started but before `_run` can kill it,
+    would leave the compiler running. Only in the main thread (handlers are
+    set there) and over handlers set from Python (others cannot be put back)."""
+    held: list[int] = []
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for wanted in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(wanted) is not None:
+                previous[wanted] = signal.signal(wanted, lambda signum, frame: held.append(signum))
+    try:
+        yield held
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _compile(compiler: str, output: str, budget: float) -> None:

@@ -384,6 +384,19 @@ def test_the_kernels_check_their_tables():
         jax.block_until_ready(score_ops.total(sj.LOG, bad, fsa.weight, fsa.final_weight))
 
 
+def test_the_kbest_kernel_checks_the_level_order():
+    # In-range tables that pull from a later state: the lazy search (which
+    # walks back along the pulls) refuses them rather than loop.
+    from semiring_jax._src.kernels import score_ops
+
+    if not loader.enabled():
+        pytest.skip("no kernels")
+    fsa = sj.Fsa.from_arcs([(0, 1, 1, 0.5), (1, 2, 1, 0.5)], final=[2])
+    bad = dataclasses_replace_schedule(fsa, pull_src=np.array([2, 1], np.int32))
+    with pytest.raises(Exception, match="not in level order"):
+        jax.block_until_ready(score_ops.kbest(bad, fsa.weight, fsa.final_weight, 2))
+
+
 def test_the_kernels_take_typed_buffers():
     # The handlers declare their dtypes: XLA refuses a mismatch by itself.
     if not loader.enabled():

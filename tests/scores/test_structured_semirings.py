@@ -153,6 +153,26 @@ def test_kbest_matches_openfst_nshortest_on_a_larger_dag(seed):
     np.testing.assert_allclose(sj.kbest_scores(fsa, 16), theirs, rtol=1e-5, atol=1e-4)
 
 
+def test_kbest_on_a_deep_ladder_with_a_large_k():
+    # 3,000 levels of two parallel arcs: 2^3000 paths, each 3,000 arcs long.
+    # The compiled search asks for prefixes 3,000 states deep (no recursion
+    # on the machine's stack), and k = 300 runs well past 16.
+    rng = np.random.default_rng(7)
+    levels = 3000
+    weight = np.round(rng.normal(size=(levels, 2)), 2)
+    arcs = [(i, i + 1, 1 + b, float(weight[i, b])) for i in range(levels) for b in range(2)]
+    data = (levels + 1, [(s, d, label, label, w) for s, d, label, w in arcs], {levels: 0.0})
+    fsa = sj.Fsa.from_arcs(arcs, final=[levels], dtype="float64")
+    theirs = [score for score, _ in oracles.openfst_nbest(*data, 300)]
+    ours = sj.kbest_scores(fsa, 300)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-3)
+    # Each score's gradient is its path: one arc per level, summing to it.
+    grad = jax.grad(lambda w: sj.kbest_scores(fsa.replace(weight=w), 300)[299])(fsa.weight)
+    chosen = np.asarray(grad).reshape(levels, 2)
+    np.testing.assert_array_equal(chosen.sum(axis=1), np.ones(levels))
+    np.testing.assert_allclose((chosen * weight).sum(), ours[299], rtol=1e-12)
+
+
 def test_kbest_rejects_a_bad_k():
     with pytest.raises(ValueError, match="positive int"):
         sj.kbest_scores(sj.linear_fsa([1]), 0)

@@ -41,6 +41,8 @@
 // absorbs it, `Times`); LOG gradients of a +inf total are NaN, TROPICAL
 // ones the indicator of the best path, as the scans give.
 
+#include <new>
+
 #include "common.h"
 
 namespace {
@@ -493,346 +495,292 @@ ffi::Error TropicalGrad(ffi::ThreadPool pool, Floats<D> weight, Floats<D> final_
 
 // -- KBEST: the k best path scores --------------------------------------------
 //
-// score[s * k + r] is the r-th best prefix score into s (best first, -inf
-// past the number of prefixes), with its last arc (-1: the start's empty
-// prefix, -2: none), that arc's source state and the rank it extends
-// there. A state's list is a k-way merge of its incoming arcs' lists
-// shifted by their weights, each sorted already (MergeBest: on vectors for
-// 2 <= k <= 16, else a scan of the lists' heads or a heap), so it costs
-// about its in-arcs plus k steps, not k times its in-arcs; the total
-// merges the states' lists ⊗ final weights. Ties: for k = 1 or k > 16 the
-// empty prefix, then the lower pull index (arc order within a state), then
-// the lower rank, and the lower state in the total; on vectors a fixed
-// order that is not that one. A score's gradient is 1 on its path's arcs
-// and final state, traced back through the saved (arc, source, rank).
+// Lazily, after Huang and Chiang's "Better k-best parsing" (2005, algorithm
+// 3) on a graph: one Viterbi pass gives every state its best prefix (rank
+// 0); a state's further prefixes are computed only when a longer list
+// downstream asks for them. A state's r-th best prefix comes from a
+// candidate heap over (pull index j, rank c): its arc j extending the c-th
+// best prefix into j's source. Each pop pushes the popped pair's successor
+// (j, c + 1), which first asks the source for its (c + 1)-th prefix, and so
+// on up the path. The k best totals come the same way from a heap over
+// (state, rank) of prefix ⊗ final weight. The work is one pass over the
+// arcs plus, for each of the k paths, about its length heap steps (and one
+// heap of a state's in-arcs the first time that state is asked for a
+// second prefix), against k times the arcs for merging every state's
+// k-list. Ties: the empty prefix, then the lower pull index (arc order
+// within a state), then the lower rank; in the total the lower state, then
+// the lower rank. A score's gradient is 1 on its path's arcs and final
+// state, traced back through the (j, c) pairs.
 
-// Merges of at most 16 entries on vectors: a list is 16 lanes (two
-// 8-wide vectors of doubles, best first, -inf past its end) with a
-// payload per lane saying where the entry came from. The 16 best of two
-// such lists are max(a, reverse(b)) lane by lane — a bitonic sequence —
-// sorted by four half-cleaner stages. Equal values keep their own
-// payloads, so the payloads stay a permutation; which of two tied entries
-// comes first is fixed but not the lower list's.
-constexpr int64_t kVectorK = 16;
-typedef double Doubles8 __attribute__((vector_size(64)));
-typedef int64_t Longs8 __attribute__((vector_size(64)));
-
-struct Sixteen {
-  Doubles8 value[2];
-  Longs8 origin[2];
+// A prefix of a state, or a candidate for one: its score, the pull index
+// of its last arc (-1: the start's empty prefix, -2: none) and the rank it
+// extends at that arc's source. For the total, `j` is the end state.
+struct Prefix {
+  double value;
+  int32_t j;
+  int32_t rank;
 };
 
-// One compare-exchange stage at lane distance `d` within each vector:
-// lanes with (lane & d) == 0 keep the larger of the pair.
-template <int d>
-inline void HalfClean(Doubles8* value, Longs8* origin) {
-  constexpr Longs8 partner = {0 ^ d, 1 ^ d, 2 ^ d, 3 ^ d, 4 ^ d, 5 ^ d, 6 ^ d, 7 ^ d};
-  constexpr Longs8 upper = {(0 & d) == 0, (1 & d) == 0, (2 & d) == 0, (3 & d) == 0,
-                            (4 & d) == 0, (5 & d) == 0, (6 & d) == 0, (7 & d) == 0};
-  const Doubles8 other = __builtin_shuffle(*value, partner);
-  const Longs8 other_origin = __builtin_shuffle(*origin, partner);
-  const Longs8 keep = upper ? (*value >= other) : (*value <= other);
-  *value = keep ? *value : other;
-  *origin = keep ? *origin : other_origin;
+// Whether a comes before b (a heap's top is the first).
+inline bool Before(const Prefix& a, const Prefix& b) {
+  return a.value > b.value || (a.value == b.value && (a.j < b.j || (a.j == b.j && a.rank < b.rank)));
 }
 
-inline void SortBitonic(Sixteen* x) {
-  // Distance 8: across the two vectors.
-  const Longs8 keep = x->value[0] >= x->value[1];
-  const Doubles8 high = keep ? x->value[0] : x->value[1];
-  const Doubles8 low = keep ? x->value[1] : x->value[0];
-  const Longs8 high_origin = keep ? x->origin[0] : x->origin[1];
-  const Longs8 low_origin = keep ? x->origin[1] : x->origin[0];
-  x->value[0] = high;
-  x->value[1] = low;
-  x->origin[0] = high_origin;
-  x->origin[1] = low_origin;
-  for (int h = 0; h < 2; ++h) {
-    HalfClean<4>(&x->value[h], &x->origin[h]);
-    HalfClean<2>(&x->value[h], &x->origin[h]);
-    HalfClean<1>(&x->value[h], &x->origin[h]);
-  }
-}
+// For std::*_heap, which keep the largest by `less` on top.
+inline bool After(const Prefix& a, const Prefix& b) { return Before(b, a); }
 
-// x = the 16 best of x and y, sorted.
-inline void MergeSixteen(Sixteen* x, const Sixteen& y) {
-  constexpr Longs8 reverse = {7, 6, 5, 4, 3, 2, 1, 0};
-  for (int h = 0; h < 2; ++h) {
-    const Doubles8 other = __builtin_shuffle(y.value[1 - h], reverse);
-    const Longs8 other_origin = __builtin_shuffle(y.origin[1 - h], reverse);
-    const Longs8 keep = x->value[h] >= other;
-    x->value[h] = keep ? x->value[h] : other;
-    x->origin[h] = keep ? x->origin[h] : other_origin;
-  }
-  SortBitonic(x);
-}
+enum class KBestOutcome { kOk, kNaN, kMisfit };
 
-// Up to this many lists, each step of a merge scans the lists' heads
-// (branch-free compares) instead of keeping a heap (whose branches
-// mispredict).
-constexpr int64_t kScanLists = 16;
-
-struct KBestState {
-  double* score;    // [(S + 1) * k]; row S: a copy of the start's own entries
-  int32_t* arc;     // [S * k]
-  int32_t* from;    // [S * k]
-  int32_t* rank;    // [S * k]
-  // Scratch for one merge of up to max(A, S) + 1 lists: list i is row
-  // offset[i] of `score` (k entries) shifted by shift[i].
-  int64_t* offset;
-  double* shift;
-  double* key;      // each list's next value
-  int32_t* cursor;  // each list's next entry
-  int32_t* heap;    // list ids
-  double* values;   // [kScanLists * k], the lists of a small merge
-};
-
-inline size_t KBestStateBytes(const Sizes& z, int64_t k) {
-  const int64_t lists = std::max({z.num_arcs, z.num_states, k}) + 1;
-  return Workspace::Bytes<double>((z.num_states + 1) * k + kVectorK) +
-         3 * Workspace::Bytes<int32_t>(z.num_states * k) + Workspace::Bytes<int64_t>(lists) +
-         2 * Workspace::Bytes<double>(lists) + 2 * Workspace::Bytes<int32_t>(lists) +
-         Workspace::Bytes<double>(kScanLists * k);
-}
-
-inline KBestState TakeKBestState(const Sizes& z, int64_t k, Workspace* space) {
-  const int64_t lists = std::max({z.num_arcs, z.num_states, k}) + 1;
-  KBestState st;
-  st.score = space->Take<double>((z.num_states + 1) * k + kVectorK);
-  st.arc = space->Take<int32_t>(z.num_states * k);
-  st.from = space->Take<int32_t>(z.num_states * k);
-  st.rank = space->Take<int32_t>(z.num_states * k);
-  st.offset = space->Take<int64_t>(lists);
-  st.shift = space->Take<double>(lists);
-  st.key = space->Take<double>(lists);
-  st.cursor = space->Take<int32_t>(lists);
-  st.heap = space->Take<int32_t>(lists);
-  st.values = space->Take<double>(kScanLists * k);
-  return st;
-}
-
-// Merges the `count` lists set up in st.offset / st.shift (each list's
-// entries non-increasing, -inf past its end) into their k best: emit(r, i,
-// c, v) for r = 0, 1, ... while the best left is above -inf, v being list
-// i's c-th entry. Returns how many were emitted. Ties go to the lower list
-// (a list's entries come in order), except on vectors (see Sixteen).
-template <typename Emit>
-int64_t MergeBest(int64_t count, int64_t k, const KBestState& st, const Emit& emit) {
-  double* key = st.key;
-  if (k > 1 && k <= kVectorK) {
-    // Lanes past k read the next row (`score` has kVectorK spare
-    // entries at its end) and are masked to -inf.
-    Longs8 in_list[2];
-    for (int lane = 0; lane < 8; ++lane) {
-      in_list[0][lane] = lane < k ? -1 : 0;
-      in_list[1][lane] = lane + 8 < k ? -1 : 0;
-    }
-    constexpr Longs8 lanes[2] = {{0, 1, 2, 3, 4, 5, 6, 7}, {8, 9, 10, 11, 12, 13, 14, 15}};
-    const Doubles8 none = {kNegInf<double>, kNegInf<double>, kNegInf<double>, kNegInf<double>,
-                           kNegInf<double>, kNegInf<double>, kNegInf<double>, kNegInf<double>};
-    const auto load = [&](int64_t i) {
-      Sixteen list;
-      const double* row = st.score + st.offset[i];
-      const double shift = st.shift[i];
-      for (int h = 0; h < 2; ++h) {
-        Doubles8 v;
-        std::memcpy(&v, row + 8 * h, sizeof(v));
-        const Longs8 zero = (v == none) | (shift == kNegInf<double>);  // -inf absorbs +inf
-        list.value[h] = (in_list[h] & ~zero) ? v + shift : none;
-        list.origin[h] = lanes[h] + (i << 32);
-      }
-      return list;
-    };
-    Sixteen best = load(0);
-    for (int64_t i = 1; i < count; ++i) {
-      // A list whose best is no better than the k-th kept cannot enter.
-      const double head = Times(st.score[st.offset[i]], st.shift[i]);
-      const double worst = (k - 1) < 8 ? best.value[0][k - 1] : best.value[1][k - 9];
-      if (head > worst) MergeSixteen(&best, load(i));
-    }
-    double values[kVectorK];
-    int64_t origins[kVectorK];
-    std::memcpy(values, best.value, sizeof(values));
-    std::memcpy(origins, best.origin, sizeof(origins));
-    int64_t emitted = 0;
-    for (; emitted < k && values[emitted] > kNegInf<double>; ++emitted) {
-      emit(emitted, origins[emitted] >> 32, origins[emitted] & 0xffffffff, values[emitted]);
-    }
-    return emitted;
-  }
-  if (count <= kScanLists) {
-    // The lists' entries, shifted, copied side by side first: the loads
-    // are independent of each other, and the merge's steps (each waiting
-    // for the last) then read only this buffer.
-    double* values = st.values;
-    for (int64_t i = 0; i < count; ++i) {
-      const double* row = st.score + st.offset[i];
-      const double shift = st.shift[i];
-      for (int64_t c = 0; c < k; ++c) values[i * k + c] = Times(row[c], shift);
-    }
-    double keys[kScanLists];
-    int32_t taken[kScanLists];
-    for (int64_t i = 0; i < count; ++i) {
-      keys[i] = values[i * k];
-      taken[i] = 0;
-    }
-    int64_t emitted = 0;
-    while (emitted < k) {
-      double best = kNegInf<double>;
-      int64_t chosen = 0;
-      for (int64_t i = 0; i < count; ++i) {
-        const bool wins = keys[i] > best;  // strict: the lower list keeps a tie
-        best = wins ? keys[i] : best;
-        chosen = wins ? i : chosen;
-      }
-      if (!(best > kNegInf<double>)) break;
-      st.cursor[emitted] = static_cast<int32_t>(chosen);
-      st.heap[emitted] = taken[chosen];
-      key[emitted++] = best;
-      const int32_t next = ++taken[chosen];
-      keys[chosen] = next < k ? values[chosen * k + next] : kNegInf<double>;
-    }
-    for (int64_t r = 0; r < emitted; ++r) emit(r, st.cursor[r], st.heap[r], key[r]);
-    return emitted;
-  }
-  int32_t* heap = st.heap;
-  const auto better = [key](int32_t a, int32_t b) {
-    return key[a] > key[b] || (key[a] == key[b] && a < b);
-  };
-  const auto sift_down = [&](int64_t size, int64_t at) {
-    const int32_t item = heap[at];
-    for (;;) {
-      const int64_t left = 2 * at + 1;
-      if (left >= size) break;
-      int64_t top = left;
-      if (left + 1 < size && better(heap[left + 1], heap[left])) top = left + 1;
-      if (!better(heap[top], item)) break;
-      heap[at] = heap[top];
-      at = top;
-    }
-    heap[at] = item;
-  };
-  int64_t size = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    key[i] = Times(st.score[st.offset[i]], st.shift[i]);
-    st.cursor[i] = 0;
-    if (key[i] > kNegInf<double>) heap[size++] = static_cast<int32_t>(i);
-  }
-  for (int64_t at = size / 2 - 1; at >= 0; --at) sift_down(size, at);
-  int64_t emitted = 0;
-  while (emitted < k && size > 0) {
-    const int32_t i = heap[0];
-    emit(emitted++, i, st.cursor[i], key[i]);
-    const int32_t next = ++st.cursor[i];
-    key[i] = next < k ? Times(st.score[st.offset[i] + next], st.shift[i]) : kNegInf<double>;
-    if (!(key[i] > kNegInf<double>)) {
-      if (--size == 0) break;
-      heap[0] = heap[size];
-    }
-    sift_down(size, 0);
-  }
-  return emitted;
-}
-
-// One entry's k best scores, best first, into out_score [k]; out_state and
-// out_rank [k] say where each ends (S where none). Returns false when a
-// real arc's weight or a final weight is NaN (the scores are then NaN).
+// One entry's lazy k-best search. Per state: its best prefix and position
+// from the Viterbi pass, how many prefixes are known (`count`, 0 where
+// none), how many of them have had their successor pushed, and — once
+// asked for a second — a candidate heap and a block of k - 1 further
+// prefixes, both taken from pools that grow with the states asked, not
+// with S * k.
 template <typename T>
-bool KBestForwardOne(const Sizes& z, const Entry<T>& e, int64_t k, const KBestState& st,
-                     double* out_score, int32_t* out_state, int32_t* out_rank) {
-  const int64_t S = z.num_states;
-  std::fill(st.score, st.score + (S + 1) * k + kVectorK, kNegInf<double>);
-  std::fill(st.arc, st.arc + S * k, -2);
-  st.score[0] = 0.0;  // the empty prefix at the start
-  st.arc[0] = -1;
-  bool nan = false;
-  const int64_t P = z.levels * z.width;
-  for (int64_t p = 0; p < P; ++p) {
-    const int64_t begin = PullBegin(e.pull_end, p), end = e.pull_end[p];
-    // The next position's source lists and weights, fetched while this
-    // one merges (they are scattered: the loads would wait on memory).
-    if (p + 1 < P) {
-      for (int64_t j = end; j < e.pull_end[p + 1]; ++j) {
-        const double* row = st.score + static_cast<int64_t>(e.pull_src[j]) * k;
-        __builtin_prefetch(row);
-        if (k > 8) __builtin_prefetch(row + 8);
-        __builtin_prefetch(e.weight + e.pull_arc[j]);
-      }
-    }
-    if (begin == end) continue;
-    const int32_t s = e.pos_state[p];
-    // List 0 at the start: its own entries (the empty prefix), copied to
-    // row S because the merge writes over row s. Then one list per arc.
-    const int64_t first = s == 0 ? 1 : 0;
-    if (first) {
-      std::copy(st.score, st.score + k, st.score + S * k);
-      st.offset[0] = S * k;
-      st.shift[0] = 0.0;
-    }
-    for (int64_t j = begin; j < end; ++j) {
-      const double w = static_cast<double>(e.weight[e.pull_arc[j]]);
-      nan |= w != w;
-      st.offset[first + j - begin] = static_cast<int64_t>(e.pull_src[j]) * k;
-      st.shift[first + j - begin] = w != w ? kNegInf<double> : w;  // NaN: reported after
-    }
-    const auto emit = [&](int64_t r, int64_t list, int64_t c, double v) {
-      const int64_t at = s * k + r;
-      st.score[at] = v;
-      if (list < first) {
-        st.arc[at] = -1;
-        st.from[at] = s;
-        st.rank[at] = 0;
-      } else {
-        const int64_t j = begin + list - first;
-        st.arc[at] = e.pull_arc[j];
-        st.from[at] = e.pull_src[j];
-        st.rank[at] = static_cast<int32_t>(c);
-      }
-    };
-    const int64_t found = MergeBest(first + end - begin, k, st, emit);
-    for (int64_t r = found; r < k; ++r) {
-      st.score[s * k + r] = kNegInf<double>;
-      st.arc[s * k + r] = -2;
-    }
+class KBestSearch {
+ public:
+  KBestSearch(const Sizes& z, const Entry<T>& e, int64_t k, Workspace* space)
+      : S_(z.num_states), P_(z.levels * z.width), k_(k), e_(e) {
+    best_ = space->Take<Best>(S_);
+    lazy_ = space->Take<Lazy>(S_);
+    stack_state_ = space->Take<int32_t>(S_ + 1);
+    stack_need_ = space->Take<int32_t>(S_ + 1);
   }
-  for (int64_t s = 0; s < S; ++s) {
-    const double f = static_cast<double>(e.final_weight[s]);
-    nan |= f != f;
-    st.offset[s] = s * k;
-    st.shift[s] = f != f ? kNegInf<double> : f;
-  }
-  const auto emit = [&](int64_t r, int64_t s, int64_t c, double v) {
-    out_score[r] = v;
-    out_state[r] = static_cast<int32_t>(s);
-    out_rank[r] = static_cast<int32_t>(c);
-  };
-  const int64_t found = MergeBest(S, k, st, emit);
-  for (int64_t r = found; r < k; ++r) {
-    out_score[r] = kNegInf<double>;
-    out_state[r] = static_cast<int32_t>(S);
-    out_rank[r] = 0;
-  }
-  return !nan;
-}
 
-// The arcs of each of the k paths, [k, length] (A past a path's end), by
-// tracing back from (out_state, out_rank).
-inline void KBestTraceBack(const Sizes& z, int64_t k, int64_t length, const KBestState& st,
-                           const int32_t* out_state, const int32_t* out_rank, int32_t* paths) {
-  const int64_t S = z.num_states;
-  for (int64_t r = 0; r < k; ++r) {
-    int32_t* path = paths + r * length;
-    std::fill(path, path + length, static_cast<int32_t>(z.num_arcs));
-    int64_t s = out_state[r], rank = out_rank[r];
-    for (int64_t step = 0; step < length && Below(s, S); ++step) {
-      const int64_t at = s * k + rank;
-      if (!Below(st.arc[at], z.num_arcs)) break;
-      path[step] = st.arc[at];
-      s = st.from[at];
-      rank = st.rank[at];
-    }
+  static size_t Bytes(const Sizes& z) {
+    return Workspace::Bytes<Best>(z.num_states) + Workspace::Bytes<Lazy>(z.num_states) +
+           2 * Workspace::Bytes<int32_t>(z.num_states + 1);
   }
-}
+
+  // The Viterbi pass (rank 0 of every state). kMisfit where a state has
+  // arcs at two positions, or pulls from a state whose position comes
+  // later (the tables are then no level order of an acyclic Fsa); kNaN
+  // where a real arc's or a final weight is NaN.
+  KBestOutcome Forward() {
+    for (int64_t s = 0; s < S_; ++s) {
+      best_[s] = {s == 0 ? 0.0 : kNegInf<double>, s == 0 ? -1 : -2, kUnseen};
+      lazy_[s] = {-1, -1, 0, 0, 0, 0};
+    }
+    bool nan = false;
+    for (int64_t p = 0; p < P_; ++p) {
+      const int64_t begin = PullBegin(e_.pull_end, p), end = e_.pull_end[p];
+      if (begin == end) continue;
+      Best& state = best_[e_.pos_state[p]];
+      if (state.pos != kUnseen) return KBestOutcome::kMisfit;
+      state.pos = static_cast<int32_t>(p);
+      double value = state.value;
+      int32_t chosen = state.j;
+      for (int64_t j = begin; j < end; ++j) {
+        const double w = Weight(j);
+        nan |= w != w;
+        Best& src = best_[e_.pull_src[j]];
+        // A source not seen yet must never be seen (it has no arcs in);
+        // one seen must be at an earlier position.
+        if (src.pos < 0) {
+          src.pos = kReadUnseen;
+        } else if (src.pos >= p) {
+          return KBestOutcome::kMisfit;
+        }
+        const double x = Times(src.value, w);
+        if (x > value) {
+          value = x;
+          chosen = static_cast<int32_t>(j);
+        }
+      }
+      state = {value, chosen, static_cast<int32_t>(p)};
+    }
+    for (int64_t s = 0; s < S_; ++s) {
+      nan |= e_.final_weight[s] != e_.final_weight[s];
+      lazy_[s].count = best_[s].value > kNegInf<double> ? 1 : 0;
+    }
+    return nan ? KBestOutcome::kNaN : KBestOutcome::kOk;
+  }
+
+  // The k best totals ⊗ final weight, best first, into out_score [k] with
+  // their end states and ranks. Returns how many exist, or -1 where the
+  // asks run deeper than S states (a cycle in the tables).
+  int64_t Totals(double* out_score, int32_t* out_state, int32_t* out_rank) {
+    std::vector<Prefix> heap;
+    for (int64_t s = 0; s < S_; ++s) {
+      const double x = Times(best_[s].value, Final(s));
+      if (x > kNegInf<double>) heap.push_back({x, static_cast<int32_t>(s), 0});
+    }
+    std::make_heap(heap.begin(), heap.end(), After);
+    int64_t found = 0;
+    while (found < k_ && !heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), After);
+      const Prefix top = heap.back();
+      heap.pop_back();
+      out_score[found] = top.value;
+      out_state[found] = top.j;
+      out_rank[found++] = top.rank;
+      if (found == k_) break;
+      // The successor (state, rank + 1) before the next pop.
+      const int32_t s = top.j;
+      if (!Ensure(s, top.rank + 2)) return -1;
+      if (lazy_[s].count >= top.rank + 2) {
+        const double x = Times(At(s, top.rank + 1).value, Final(s));
+        if (x > kNegInf<double>) {
+          heap.push_back({x, s, top.rank + 1});
+          std::push_heap(heap.begin(), heap.end(), After);
+        }
+      }
+    }
+    return found;
+  }
+
+  // The arcs of the path ending in (state, rank), from its last arc back,
+  // into path [length] (A past its start). False where the path has more
+  // than `length` arcs (tables whose arcs stay within a level).
+  bool TraceBack(int64_t state, int64_t rank, int64_t length, int32_t num_arcs,
+                 int32_t* path) const {
+    std::fill(path, path + length, num_arcs);
+    for (int64_t step = 0; Below(state, S_) && rank < lazy_[state].count; ++step) {
+      const Prefix at = At(state, rank);
+      if (at.j < 0) return true;
+      if (step == length) return false;
+      path[step] = e_.pull_arc[at.j];
+      state = e_.pull_src[at.j];
+      rank = at.rank;
+    }
+    return true;
+  }
+
+ private:
+  // A state's best prefix, and its position (kUnseen, or kReadUnseen once
+  // read as a source before any position named it).
+  struct Best {
+    double value;
+    int32_t j;
+    int32_t pos;
+  };
+  static constexpr int32_t kUnseen = -1, kReadUnseen = -2;
+
+  // What the lazy phase keeps of a state, side by side: where its heap and
+  // its prefixes of rank >= 1 start in their pools (-1: none yet), how many
+  // prefixes it has (0 where none), how many of those have had their
+  // successor pushed, its heap's size and its block's room.
+  struct Lazy {
+    int64_t heap_at;
+    int64_t block;
+    int32_t count;
+    int32_t pushed;
+    int32_t heap_size;
+    int32_t room;
+  };
+
+  double Weight(int64_t j) const { return static_cast<double>(e_.weight[e_.pull_arc[j]]); }
+  double Final(int64_t s) const { return static_cast<double>(e_.final_weight[s]); }
+
+  // The r-th best prefix of s (r < lazy_[s].count).
+  Prefix At(int64_t s, int64_t r) const {
+    if (r == 0) return {best_[s].value, best_[s].j, 0};
+    return blocks_[static_cast<size_t>(lazy_[s].block + r - 1)];
+  }
+
+  bool Exhausted(int64_t s) const {
+    const Lazy& at = lazy_[s];
+    return at.heap_at >= 0 && at.heap_size == 0 && at.pushed == at.count;
+  }
+
+  // s's candidates besides its best: each in-arc's source's best, and the
+  // empty prefix at the start.
+  void StartHeap(int64_t s) {
+    Lazy& at = lazy_[s];
+    at.heap_at = static_cast<int64_t>(heaps_.size());
+    const Best& best = best_[s];
+    if (s == 0 && best.j != -1) heaps_.push_back({0.0, -1, 0});
+    if (best.pos >= 0) {
+      for (int64_t j = PullBegin(e_.pull_end, best.pos), end = e_.pull_end[best.pos]; j < end;
+           ++j) {
+        if (j == best.j) continue;
+        const double x = Times(best_[e_.pull_src[j]].value, Weight(j));
+        if (x > kNegInf<double>) heaps_.push_back({x, static_cast<int32_t>(j), 0});
+      }
+    }
+    at.heap_size = static_cast<int32_t>(heaps_.size() - at.heap_at);
+    // Room for one successor: each pop is preceded by at most one push,
+    // so the heap never holds more than its start plus one.
+    heaps_.push_back({});
+    Prefix* heap = heaps_.data() + at.heap_at;
+    std::make_heap(heap, heap + at.heap_size, After);
+  }
+
+  // Moves s's prefixes of rank >= 1 to a block of twice the room (16 at
+  // first, at most k - 1) at the pool's end: the pool then holds at most
+  // about twice the prefixes asked for, or 16 a state, whatever k is.
+  void Grow(int64_t s) {
+    Lazy& at = lazy_[s];
+    const int32_t room = static_cast<int32_t>(
+        std::min<int64_t>(k_ - 1, std::max<int64_t>(16, 2 * int64_t{at.room})));
+    const int64_t block = static_cast<int64_t>(blocks_.size());
+    blocks_.resize(blocks_.size() + room);
+    if (at.room > 0) {
+      std::copy(blocks_.begin() + at.block, blocks_.begin() + at.block + at.room,
+                blocks_.begin() + block);
+    }
+    at.block = block;
+    at.room = room;
+  }
+
+  // Makes s's count >= need, or s exhausted; false where the asks run
+  // deeper than S states (only tables with a cycle do: on an acyclic Fsa
+  // the stack is a path back from s).
+  bool Ensure(int64_t s, int64_t need) {
+    int64_t top = 0;
+    stack_state_[top] = static_cast<int32_t>(s);
+    stack_need_[top++] = static_cast<int32_t>(need);
+    while (top > 0) {
+      const int64_t v = stack_state_[top - 1], want = stack_need_[top - 1];
+      Lazy& at = lazy_[v];
+      if (at.count >= want || at.count == 0 || Exhausted(v)) {
+        --top;
+        continue;
+      }
+      if (at.heap_at < 0) StartHeap(v);
+      if (at.pushed < at.count) {
+        // The last prefix's successor: its arc over the source's next one.
+        const Prefix last = At(v, at.count - 1);
+        if (last.j >= 0) {
+          const int64_t src = e_.pull_src[last.j];
+          const int32_t known = lazy_[src].count;
+          if (known < last.rank + 2 && !Exhausted(src)) {
+            if (top > S_) return false;
+            stack_state_[top] = static_cast<int32_t>(src);
+            stack_need_[top++] = last.rank + 2;
+            continue;
+          }
+          if (known >= last.rank + 2) {
+            const double x = Times(At(src, last.rank + 1).value, Weight(last.j));
+            if (x > kNegInf<double>) {
+              Prefix* heap = heaps_.data() + at.heap_at;
+              heap[at.heap_size++] = {x, last.j, last.rank + 1};
+              std::push_heap(heap, heap + at.heap_size, After);
+            }
+          }
+        }
+        at.pushed = at.count;
+      }
+      if (at.heap_size == 0) continue;  // exhausted: popped above
+      Prefix* heap = heaps_.data() + at.heap_at;
+      std::pop_heap(heap, heap + at.heap_size, After);
+      const Prefix next = heap[--at.heap_size];
+      if (at.count - 1 == at.room) Grow(v);
+      blocks_[static_cast<size_t>(at.block + at.count - 1)] = next;
+      ++at.count;
+    }
+    return true;
+  }
+
+  int64_t S_, P_, k_;
+  Entry<T> e_;
+  Best* best_;
+  Lazy* lazy_;
+  int32_t *stack_state_, *stack_need_;
+  std::vector<Prefix> heaps_;   // each asked state's candidates
+  std::vector<Prefix> blocks_;  // each asked state's prefixes of rank 1, 2, ...
+};
 
 template <ffi::DataType D>
 ffi::Error KBest(ffi::ThreadPool pool, Floats<D> weight, Floats<D> final_weight, Ints pos_state,
@@ -840,31 +788,63 @@ ffi::Error KBest(ffi::ThreadPool pool, Floats<D> weight, Floats<D> final_weight,
                  ffi::ResultBuffer<D> scores, ffi::ResultBuffer<ffi::S32> paths,
                  ffi::ResultBuffer<ffi::S32> ends) {
   using T = ffi::NativeType<D>;
-  if (k < 1) return Fail("k must be positive");
+  if (k < 1 || k > std::numeric_limits<int32_t>::max() / 2) {
+    return Fail("k must be in [1, 2^30), got " + std::to_string(k));
+  }
   const auto path_dims = paths->dimensions();
   const int64_t length = path_dims.size() < 2 ? 0 : path_dims.back();
   if (length < 1) return Fail("paths of no length");
-  return ForEachEntry<D>(
+  const int64_t n = LeadingCount(weight.dimensions(), 1);
+  if (static_cast<int64_t>(scores->element_count()) != n * k ||
+      static_cast<int64_t>(ends->element_count()) != n * k ||
+      static_cast<int64_t>(paths->element_count()) != n * k * length) {
+    return Fail("results of the wrong sizes for k = " + std::to_string(k));
+  }
+  std::atomic<int64_t> misfit{-1}, no_memory{-1};
+  auto error = ForEachEntry<D>(
       pool, weight, final_weight, pos_state, pull_end, pull_arc, pull_src, nullptr,
       [&](const Sizes& z, int64_t i, const Entry<T>& e) {
-        Workspace space(KBestStateBytes(z, k) + Workspace::Bytes<double>(k) +
-                        Workspace::Bytes<int32_t>(k));
-        const KBestState st = TakeKBestState(z, k, &space);
-        double* best = space.Take<double>(k);
-        int32_t* rank = space.Take<int32_t>(k);
         int32_t* end_state = ends->typed_data() + i * k;
         int32_t* path = paths->typed_data() + i * k * length;
-        const bool ok = KBestForwardOne<T>(z, e, k, st, best, end_state, rank);
         T* out = scores->typed_data() + i * k;
-        if (!ok) {
-          std::fill(out, out + k, kNaN<T>);
-          std::fill(end_state, end_state + k, static_cast<int32_t>(z.num_states));
-          std::fill(path, path + k * length, static_cast<int32_t>(z.num_arcs));
-          return;
+        const int32_t none_arc = static_cast<int32_t>(z.num_arcs);
+        std::fill(out, out + k, kNegInf<T>);
+        std::fill(end_state, end_state + k, static_cast<int32_t>(z.num_states));
+        std::fill(path, path + k * length, none_arc);
+        try {
+          Workspace space(KBestSearch<T>::Bytes(z) + Workspace::Bytes<double>(k) +
+                          Workspace::Bytes<int32_t>(k));
+          KBestSearch<T> search(z, e, k, &space);
+          double* best = space.Take<double>(k);
+          int32_t* rank = space.Take<int32_t>(k);
+          KBestOutcome outcome = search.Forward();
+          if (outcome == KBestOutcome::kNaN) {
+            std::fill(out, out + k, kNaN<T>);
+            return;
+          }
+          const int64_t found =
+              outcome == KBestOutcome::kOk ? search.Totals(best, end_state, rank) : -1;
+          bool fits = found >= 0;
+          for (int64_t r = 0; fits && r < found; ++r) {
+            out[r] = static_cast<T>(best[r]);
+            fits = search.TraceBack(end_state[r], rank[r], length, none_arc, path + r * length);
+          }
+          if (!fits) misfit.store(i);
+        } catch (const std::bad_alloc&) {
+          no_memory.store(i);
         }
-        for (int64_t r = 0; r < k; ++r) out[r] = static_cast<T>(best[r]);
-        KBestTraceBack(z, k, length, st, end_state, rank, path);
       });
+  if (error.failure()) return error;
+  if (misfit.load() >= 0) {
+    return Fail("batch entry " + std::to_string(misfit.load()) +
+                ": the schedule's pull tables are not in level order (a state at two"
+                " positions, or pulling from a later one or from its own level)");
+  }
+  if (no_memory.load() >= 0) {
+    return Fail("batch entry " + std::to_string(no_memory.load()) +
+                ": out of memory for the prefixes of k = " + std::to_string(k) + " paths");
+  }
+  return ffi::Error::Success();
 }
 
 // -- ENTROPY: the entropy of the LOG path distribution and its gradient -------

@@ -95,3 +95,16 @@ def test_nan_or_plus_inf_candidates_are_flagged(bad):
     )
     assert flagged.tolist() == [0, 1, 0]
     np.testing.assert_array_equal(kernel[[0, 2]], traced[[0, 2]])
+
+
+@pytest.mark.parametrize("vocab", [V, 65_536, 65_537])
+def test_labels_past_16_bits(vocab):
+    # The kernel narrows labels to 16 bits where the vocabulary allows
+    # (V <= 65,536) and reads them as they are otherwise.
+    src, dst, label, weight, _, lengths = _inputs(3, "float32")
+    rng = np.random.default_rng(4)
+    label = np.where(label % 2 == 0, label, vocab - 1 - label)
+    emissions = rng.choice([-2.0, -1.0, 0.0, -0.5], (B, T, vocab)).astype("float32")
+    traced, kernel, flagged = _both((src, dst, label, weight, emissions, lengths), 3, 1, 1.0, None)
+    assert not flagged.any()
+    np.testing.assert_array_equal(kernel, traced)

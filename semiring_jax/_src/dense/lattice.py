@@ -145,9 +145,15 @@ def lattice_batch(
     arc = np.zeros((len(found), num_arcs), np.int32)
     frame, label = np.zeros_like(arc), np.zeros_like(arc)
     state = np.zeros((len(found), num_states), np.int32)
+    # Each graph entry's real arcs, found once: a shared graph's serve every
+    # utterance (a pass over 10^6 arcs each cost more than the gather).
+    real_arcs: dict[int, np.ndarray] = {}
     for b, f in enumerate(found):
         count = f.arc.size
-        arc[b, :count] = np.flatnonzero(real[b if graph.batch_shape else 0])[f.arc]
+        entry = b if graph.batch_shape else 0
+        if entry not in real_arcs:
+            real_arcs[entry] = np.flatnonzero(real[entry])
+        arc[b, :count] = real_arcs[entry][f.arc]
         frame[b, :count], label[b, :count] = f.frame, parts[b].ilabel[f.arc]
         state[b, : f.final_state.size] = np.maximum(f.final_state, 0)
     rows = np.arange(len(found), dtype=np.int32)[:, None]

@@ -64,16 +64,18 @@ struct Candidate {
 
 // Puts the n = middle - begin best of [begin, last) first, sorted in
 // (score descending, edge ascending) order, as `jax.lax.top_k` ranks them.
-// For float scores and edges below 2^32 the two fields are one 64-bit key
-// (the score's bits made to order as unsigned, then the edge), which sorts
-// a third faster than comparing them in turn.
 template <typename T>
-void OrderBest(Candidate<T>* begin, Candidate<T>* middle, Candidate<T>* last) {
+void OrderByFields(Candidate<T>* begin, Candidate<T>* middle, Candidate<T>* last) {
   const auto before = [](const Candidate<T>& x, const Candidate<T>& y) {
     return x.score > y.score || (x.score == y.score && x.edge < y.edge);
   };
   if (middle < last) std::nth_element(begin, middle, last, before);
   std::sort(begin, middle, before);
+}
+
+template <typename T>
+void OrderBest(Candidate<T>* begin, Candidate<T>* middle, Candidate<T>* last) {
+  OrderByFields(begin, middle, last);
 }
 
 inline uint64_t DescendingKey(float score, int64_t edge) {
@@ -85,21 +87,23 @@ inline uint64_t DescendingKey(float score, int64_t edge) {
   return (uint64_t{~ascending} << 32) | static_cast<uint32_t>(edge);
 }
 
+// For float scores and edges below 2^32 the two fields are one 64-bit key
+// (the score's bits made to order as unsigned, then the edge), which sorts
+// a third faster than comparing them in turn. The key stands in `edge`'s
+// slot during the sort; its low half is the edge.
 template <>
 void OrderBest(Candidate<float>* begin, Candidate<float>* middle, Candidate<float>* last) {
   bool small = true;
-  for (Candidate<float>* c = begin; c < last; ++c) small &= static_cast<uint64_t>(c->edge) < (uint64_t{1} << 32);
+  for (Candidate<float>* c = begin; c < last; ++c) {
+    small &= static_cast<uint64_t>(c->edge) < (uint64_t{1} << 32);
+  }
   if (!small) {
-    const auto before = [](const Candidate<float>& x, const Candidate<float>& y) {
-      return x.score > y.score || (x.score == y.score && x.edge < y.edge);
-    };
-    if (middle < last) std::nth_element(begin, middle, last, before);
-    std::sort(begin, middle, before);
+    OrderByFields(begin, middle, last);
     return;
   }
-  // The key overwrites `edge`'s slot: a candidate's edge is its key's
-  // low half, put back after the sort.
-  for (Candidate<float>* c = begin; c < last; ++c) c->edge = static_cast<int64_t>(DescendingKey(c->score, c->edge));
+  for (Candidate<float>* c = begin; c < last; ++c) {
+    c->edge = static_cast<int64_t>(DescendingKey(c->score, c->edge));
+  }
   const auto by_key = [](const Candidate<float>& x, const Candidate<float>& y) {
     return static_cast<uint64_t>(x.edge) < static_cast<uint64_t>(y.edge);
   };

@@ -534,9 +534,9 @@ enum class KBestOutcome { kOk, kNaN, kMisfit };
 // One entry's lazy k-best search. Per state: its best prefix and position
 // from the Viterbi pass, how many prefixes are known (`count`, 0 where
 // none), how many of them have had their successor pushed, and — once
-// asked for a second — a candidate heap and a block of k - 1 further
-// prefixes, both taken from pools that grow with the states asked, not
-// with S * k.
+// asked for a second — a candidate heap and a block of further prefixes
+// (see Grow), both taken from pools that grow with the prefixes asked
+// for, not with S * k.
 template <typename T>
 class KBestSearch {
  public:
@@ -631,11 +631,10 @@ class KBestSearch {
   }
 
   // The arcs of the path ending in (state, rank), from its last arc back,
-  // into path [length] (A past its start). False where the path has more
-  // than `length` arcs (tables whose arcs stay within a level).
-  bool TraceBack(int64_t state, int64_t rank, int64_t length, int32_t num_arcs,
-                 int32_t* path) const {
-    std::fill(path, path + length, num_arcs);
+  // into path [length], which the caller filled with A (so A past its
+  // start). False where the path has more than `length` arcs (tables whose
+  // arcs stay within a level).
+  bool TraceBack(int64_t state, int64_t rank, int64_t length, int32_t* path) const {
     for (int64_t step = 0; Below(state, S_) && rank < lazy_[state].count; ++step) {
       const Prefix at = At(state, rank);
       if (at.j < 0) return true;
@@ -827,7 +826,7 @@ ffi::Error KBest(ffi::ThreadPool pool, Floats<D> weight, Floats<D> final_weight,
           bool fits = found >= 0;
           for (int64_t r = 0; fits && r < found; ++r) {
             out[r] = static_cast<T>(best[r]);
-            fits = search.TraceBack(end_state[r], rank[r], length, none_arc, path + r * length);
+            fits = search.TraceBack(end_state[r], rank[r], length, path + r * length);
           }
           if (!fits) misfit.store(i);
         } catch (const std::bad_alloc&) {

@@ -170,6 +170,24 @@ def test_nan_weight_gives_nan_sampled_and_an_error_for_the_nbest():
         jax.grad(lambda w: sj.mwer_loss(lattice.replace(weight=w), [[1, 1]], [2]).sum())(weight)
 
 
+def test_reference_words_are_checked_at_full_width():
+    # Lattice labels are int32: word 2**32 + 1 was read as word 1.
+    lattice = sj.stack([_three_word_lattice()])
+    ref = np.array([[1, 2**32 + 1]], np.int64)
+    for key in (None, jax.random.key(0)):
+        with pytest.raises(ValueError, match=r"mwer_loss: ref\[0, 1\] = 4294967297 is outside"):
+            sj.mwer_loss(lattice, ref, [2], key=key)
+        with jax.enable_x64(False), pytest.raises(ValueError, match=r"ref\[0, 1\] = 4294967297"):
+            sj.mwer_loss(lattice, ref.tolist(), [2], key=key)
+    # Past the length, any value is ignored.
+    np.testing.assert_allclose(
+        sj.mwer_loss(lattice, ref, [1]), sj.mwer_loss(lattice, [[1, 0]], [1]), rtol=1e-12
+    )
+    # Traced (x64), the word is compared at its width: it matches no label.
+    jitted = jax.jit(lambda r: sj.mwer_loss(lattice, r, [2], n=8, key=jax.random.key(0)))
+    np.testing.assert_allclose(jitted(ref), jitted(np.array([[1, 99]])), rtol=1e-12)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [

@@ -137,9 +137,7 @@ def pruned_lattice(
             # Arcs within the beam of a finite best lie on such paths; with
             # infinities about, cut to the connected ones once more.
             cut = [(s[k], d[k]) for s, d, k in zip(src, dst, keep, strict=True)]
-            again = _connected(
-                sizes, [c[0] for c in cut], [c[1] for c in cut], is_final
-            )
+            again = _connected(sizes, [c[0] for c in cut], [c[1] for c in cut], is_final)
             for t in range(length):
                 picked = np.flatnonzero(keep[t])
                 keep[t] = np.zeros_like(keep[t])

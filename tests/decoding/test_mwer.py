@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import semiring_jax as sj
 from tests import oracles, strategies
+from tests.paths import both_paths
 
 
 def _lattice(drawn, dtype):
@@ -168,6 +169,20 @@ def test_nan_weight_gives_nan_sampled_and_an_error_for_the_nbest():
     assert bool(jnp.isnan(loss).all())
     with pytest.raises(ValueError, match="weight nan"):
         jax.grad(lambda w: sj.mwer_loss(lattice.replace(weight=w), [[1, 1]], [2]).sum())(weight)
+
+
+def test_nan_weight_gives_a_nan_gradient_with_a_key():
+    # The sampled paths' NaN scores carry NaN gradients (they were 0).
+    lattice = sj.stack([_three_word_lattice()])
+
+    def loss(weight):
+        changed = lattice.replace(weight=weight)
+        return jnp.sum(sj.mwer_loss(changed, [[1, 1]], [2], n=4, key=jax.random.key(0)))
+
+    weight = jnp.asarray(lattice.weight)
+    for value, grad in both_paths(jax.value_and_grad(loss), weight.at[0, 0].set(jnp.nan)):
+        assert np.isnan(value) and np.isnan(grad).all()
+    assert np.isfinite(jax.grad(loss)(weight)).all()
 
 
 def test_reference_words_are_checked_at_full_width():

@@ -103,7 +103,8 @@ def mwer_loss(
     weights (the choice of paths is a constant). A lattice with no path
     gives 0 with gradient 0 (an empty sum, as in k2). A NaN weight: with
     `key=None` the n-best search raises the `ValueError` of `sj.nbest`
-    (naming the arc); with a key, a NaN on a sampled path gives NaN.
+    (naming the arc); with a key, a NaN that makes the lattice's total NaN
+    gives NaN, with a NaN gradient in every weight (as `sj.tot_score`).
 
     With `key=None` the n-best search runs on the host: call it outside
     `jax.jit` (under `jax.grad` is fine). With a key everything is traced.

@@ -121,9 +121,7 @@ def test_labels_are_checked_at_full_width():
         np.testing.assert_array_equal(sj.edit_distance(padded, [1], [[1]], [1]), [0])
     # With x64, uint64 and int64 labels meet as int64: 2**64 - 1 wrapped to -1.
     with pytest.raises(ValueError, match=r"hyp\[0, 0\] = 18446744073709551615 is outside int64"):
-        sj.edit_distance(
-            np.array([[2**64 - 1]], np.uint64), [1], np.array([[-1]], np.int64), [1]
-        )
+        sj.edit_distance(np.array([[2**64 - 1]], np.uint64), [1], np.array([[-1]], np.int64), [1])
     np.testing.assert_array_equal(sj.edit_distance([[big]], [1], [[1]], [1]), [1])
 
 

@@ -105,6 +105,26 @@ def test_mixed_label_dtypes_and_lists():
     np.testing.assert_array_equal(sj.edit_distance([[2**33, 1]], [2], [[1]], [1]), [1])
 
 
+def test_labels_are_checked_at_full_width():
+    big = 2**32 + 1
+    # Without x64 labels are compared as int32: 2**32 + 1 wrapped to 1.
+    with jax.enable_x64(False):
+        for hyp in (np.array([[big]], np.int64), [[big]]):
+            with pytest.raises(
+                ValueError, match=r"edit_distance: hyp\[0, 0\] = 4294967297 is outside int32"
+            ):
+                sj.edit_distance(hyp, [1], [[1]], [1])
+        with pytest.raises(ValueError, match=r"edit_distance: ref\[1\] = -4294967297 is outside"):
+            sj.edit_distance([1, 1], 2, np.array([1, -big], np.int64), 2)
+        # Past the lengths, any value is ignored.
+        padded = np.array([[1, big]], np.int64)
+        np.testing.assert_array_equal(sj.edit_distance(padded, [1], [[1]], [1]), [0])
+    # With x64, uint64 and int64 labels meet as int64: 2**64 - 1 wrapped to -1.
+    with pytest.raises(ValueError, match=r"hyp\[0, 0\] = 18446744073709551615 is outside int64"):
+        sj.edit_distance(np.array([[2**64 - 1]], np.uint64), [1], np.array([[-1]], np.int64), [1])
+    np.testing.assert_array_equal(sj.edit_distance([[big]], [1], [[1]], [1]), [1])
+
+
 @pytest.mark.parametrize(
     "args, match",
     [

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import semiring_jax as sj
+from tests.paths import both_paths
 from tests.strategies import as_rows, dense_graphs
 
 B, T, V = 2, 4, 3
@@ -186,6 +187,52 @@ def test_nan_on_an_arc_of_no_path_leaves_the_lattice_whole():
     emissions = jnp.array([[[-1.0, jnp.nan]]], jnp.float32)
     lattice = sj.intersect_dense_pruned(graph, emissions, output_beam=1.0)
     np.testing.assert_allclose(sj.tot_score(lattice), [-1.0])
+
+
+@pytest.mark.parametrize("output_beam", [math.inf, 1.0])
+def test_traced_nan_final_weight_reaches_the_lattice(output_beam):
+    # State 2 is final with a NaN weight, traced (under grad): the lattice
+    # keeps it final, as intersect_dense does, so the total and the
+    # gradient are NaN (it was taken for a non-final state and dropped).
+    graph = sj.Fsa.from_arcs(
+        [(0, 0, 0, 0.0), (0, 1, 1, 0.0), (1, 1, 1, 0.0), (0, 2, 1, -1.0)], final={1: 0.0, 2: 0.0}
+    )
+    emissions = jnp.log(jnp.full((1, 3, 2), 0.5, jnp.float32))
+    final_weight = jnp.asarray(graph.final_weight).at[2].set(jnp.nan)
+
+    def total_and_grad(final_weight, op, **beams):
+        def total(final_weight):
+            lattice = op(graph.replace(final_weight=final_weight), emissions, **beams)
+            return jnp.sum(sj.tot_score(lattice))
+
+        return jax.value_and_grad(total)(final_weight)
+
+    _, exact_grad = total_and_grad(final_weight, sj.intersect_dense)
+    assert np.isnan(exact_grad).tolist() == [False, True, True]
+    beams = dict(search_beam=math.inf, output_beam=output_beam)
+    for value, grad in both_paths(
+        lambda f: total_and_grad(f, sj.intersect_dense_pruned, **beams), final_weight
+    ):
+        assert np.isnan(value)
+        np.testing.assert_array_equal(np.isnan(grad), np.isnan(exact_grad))
+
+
+def test_an_empty_batch_gives_an_empty_lattice():
+    graph = sj.Fsa.from_arcs([(0, 0, 0, 0.0), (0, 1, 1, 0.5), (1, 1, 1, 0.0)], final=[1])
+    emissions = jnp.zeros((0, 3, 2), jnp.float32)
+
+    def lattice_and_totals(emissions):
+        lattice = sj.intersect_dense_pruned(graph, emissions, lengths=np.zeros(0, int))
+        grad = jax.grad(lambda e: jnp.sum(sj.tot_score(sj.intersect_dense_pruned(graph, e))))
+        return lattice, sj.tot_score(lattice), grad(emissions)
+
+    for lattice, totals, grad in both_paths(lattice_and_totals, emissions):
+        assert lattice.batch_shape == (0,)
+        assert lattice.weight.shape == (0, lattice.num_arcs)
+        assert lattice.weight.dtype == np.float32
+        assert totals.shape == (0,) and grad.shape == (0, 3, 2)
+    # intersect_dense, which builds through the same stack, gives the same.
+    assert sj.intersect_dense(graph, emissions).batch_shape == (0,)
 
 
 def test_zero_length_is_the_start_state():

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import semiring_jax as sj
 from tests import oracles, strategies
+from tests.paths import both_paths
 
 
 def _lattice(drawn, dtype):
@@ -168,6 +169,38 @@ def test_nan_weight_gives_nan_sampled_and_an_error_for_the_nbest():
     assert bool(jnp.isnan(loss).all())
     with pytest.raises(ValueError, match="weight nan"):
         jax.grad(lambda w: sj.mwer_loss(lattice.replace(weight=w), [[1, 1]], [2]).sum())(weight)
+
+
+def test_nan_weight_gives_a_nan_gradient_with_a_key():
+    # The sampled paths' NaN scores carry NaN gradients (they were 0).
+    lattice = sj.stack([_three_word_lattice()])
+
+    def loss(weight):
+        changed = lattice.replace(weight=weight)
+        return jnp.sum(sj.mwer_loss(changed, [[1, 1]], [2], n=4, key=jax.random.key(0)))
+
+    weight = jnp.asarray(lattice.weight)
+    for value, grad in both_paths(jax.value_and_grad(loss), weight.at[0, 0].set(jnp.nan)):
+        assert np.isnan(value) and np.isnan(grad).all()
+    assert np.isfinite(jax.grad(loss)(weight)).all()
+
+
+def test_reference_words_are_checked_at_full_width():
+    # Lattice labels are int32: word 2**32 + 1 was read as word 1.
+    lattice = sj.stack([_three_word_lattice()])
+    ref = np.array([[1, 2**32 + 1]], np.int64)
+    for key in (None, jax.random.key(0)):
+        with pytest.raises(ValueError, match=r"mwer_loss: ref\[0, 1\] = 4294967297 is outside"):
+            sj.mwer_loss(lattice, ref, [2], key=key)
+        with jax.enable_x64(False), pytest.raises(ValueError, match=r"ref\[0, 1\] = 4294967297"):
+            sj.mwer_loss(lattice, ref.tolist(), [2], key=key)
+    # Past the length, any value is ignored.
+    np.testing.assert_allclose(
+        sj.mwer_loss(lattice, ref, [1]), sj.mwer_loss(lattice, [[1, 0]], [1]), rtol=1e-12
+    )
+    # Traced (x64), the word is compared at its width: it matches no label.
+    jitted = jax.jit(lambda r: sj.mwer_loss(lattice, r, [2], n=8, key=jax.random.key(0)))
+    np.testing.assert_allclose(jitted(ref), jitted(np.array([[1, 99]])), rtol=1e-12)
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from scipy import stats
 
 import semiring_jax as sj
 from tests import oracles
+from tests.paths import both_paths
 from tests.strategies import acyclic_fsas, padded
 
 # Every test FSA names its arcs: olabel = arc index + 1, so a drawn path
@@ -265,6 +266,35 @@ def test_nan_weights_give_nan_scores():
     # A NaN stored at a non-final state is not a final weight: it is ignored.
     paths = sample(weight, final_weight.at[1].set(jnp.nan))
     assert np.isfinite(np.asarray(sj.tot_score(paths))).all()
+
+
+def test_nan_weights_give_nan_gradients():
+    # As tot_score's: NaN in every weight's gradient where the total is NaN
+    # (the paths' NaN final weight was a constant, so the gradient was 0).
+    fsa = padded(build(BRANCHES, pad=False))
+    key = jax.random.key(0)
+
+    def sampled(weight, final_weight):
+        paths = sj.sample_paths(fsa.replace(weight=weight, final_weight=final_weight), key, 8)
+        return jnp.sum(sj.tot_score(paths))
+
+    def total(weight, final_weight):
+        return sj.tot_score(fsa.replace(weight=weight, final_weight=final_weight))
+
+    weight, final_weight = jnp.asarray(fsa.weight), jnp.asarray(fsa.final_weight)
+    for w, f in [
+        (weight.at[5].set(jnp.nan), final_weight),  # an arc
+        (weight, final_weight.at[3].set(jnp.nan)),  # a final weight
+    ]:
+        exact = jax.grad(total, argnums=(0, 1))(w, f)
+        assert np.isnan(exact[0]).all() and np.isnan(exact[1]).sum() == 3
+        for value, grads in both_paths(jax.value_and_grad(sampled, argnums=(0, 1)), w, f):
+            assert np.isnan(value)
+            for got, want in zip(grads, exact, strict=True):
+                np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    # A NaN nothing reads (at a non-final state) leaves the gradient finite.
+    grads = jax.grad(sampled, argnums=(0, 1))(weight, final_weight.at[1].set(jnp.nan))
+    assert all(np.isfinite(g).all() for g in grads)
 
 
 # -- errors ---------------------------------------------------------------------

@@ -121,6 +121,27 @@ def test_kbest_no_path_single_path_and_nan():
     assert np.isnan(nan_grad(jnp.array([jnp.nan, 1.0], jnp.float32))).all()
 
 
+def test_kbest_nan_weight_gives_nan_gradients_on_both_paths():
+    # The scan's gradient of a NaN score was the NaN arc's indicator [1, 0, 0].
+    fsa = sj.Fsa.from_arcs([(0, 1, 1, 0.0), (0, 1, 2, 1.0), (1, 2, 3, 0.5)], final=[2])
+    weight = jnp.array([jnp.nan, 1.0, 0.5], jnp.float32)
+    final_weight = jnp.asarray(fsa.final_weight)
+
+    def kbest(weight, final_weight):
+        return sj.kbest_scores(fsa.replace(weight=weight, final_weight=final_weight), 2)
+
+    def scores_and_grads(weight):
+        first = jax.grad(lambda w, f: kbest(w, f)[0], argnums=(0, 1))(weight, final_weight)
+        ones = (jnp.ones_like(weight), jnp.ones_like(final_weight))
+        _, tangent = jax.jvp(kbest, (weight, final_weight), ones)
+        return jax.jit(kbest)(weight, final_weight), first, tangent
+
+    for scores, (arc_grad, final_grad), tangent in both_paths(scores_and_grads, weight):
+        assert np.isnan(scores[0]) and np.isnan(tangent[0])
+        assert np.isnan(arc_grad).all()
+        np.testing.assert_array_equal(np.isnan(final_grad), [False, False, True])
+
+
 def test_kbest_gradient_of_the_ith_score_is_the_ith_path():
     rng = np.random.default_rng(3)
     data = oracles.random_dag(rng, 8, 20)

@@ -37,6 +37,7 @@ __all__ = [
     "every_grad",
     "keep_wanted",
     "kernel",
+    "nan_spread",
     "score",
     "undefined_to_nan",
 ]
@@ -153,3 +154,23 @@ def undefined_to_nan(value: jax.Array, grad: Any, *, inf_undefined: bool) -> Any
         return jnp.where(where, jnp.nan, g)
 
     return jax.tree_util.tree_map(mask, grad)
+
+
+def nan_spread(value: jax.Array, *inputs: jax.Array) -> jax.Array:
+    """`value` [...] unchanged, whose derivative where it is NaN is NaN in
+    every entry of `inputs` (the weights it is computed from), as the score
+    ops' is: where a derivative is a path's indicator (a gather, a
+    trace-back, `top_k`'s), a NaN read on the path would otherwise have a
+    finite derivative, or 0 where the NaN was set as a constant.
+
+    The tangent of a NaN entry gains NaN · Σ (every input's tangent), as
+    the KBEST kernel's rule; elsewhere nothing. So, as for the score ops, a
+    reverse-mode gradient through any NaN entry is NaN in every input.
+    """
+    bad = jnp.isnan(jax.lax.stop_gradient(value))
+    factor = jnp.where(bad, jnp.nan, 0).astype(value.dtype)
+    spread = functools.reduce(jnp.add, [jnp.sum(x).astype(value.dtype) for x in inputs])
+    # Where the value is defined, the factor is 0 as well as the first
+    # branch's cotangent: no 0 · NaN reaches the inputs' gradients (the
+    # spread's value may be NaN or inf; only a NaN entry shows it).
+    return jnp.where(bad, value + factor * spread, value)

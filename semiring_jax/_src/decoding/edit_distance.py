@@ -49,6 +49,36 @@ def _check_lengths(lengths: Any, batch: tuple[int, ...], limit: int, name: str) 
     return jnp.asarray(lengths).astype(jnp.int32)
 
 
+def check_label_range(
+    labels: Any,
+    lengths: Any,
+    name: str,
+    dtype: Any,
+    fn: str = "edit_distance",
+    why: str = "int32 unless jax_enable_x64 is on",
+) -> None:
+    """Raises unless each concrete label before its sequence's length
+    (labels int [B, N] or [N], lengths [B] or []) fits `dtype`, at full
+    width: the labels are compared as `dtype`, where a wider value would
+    wrap (2**32 + 1 to 1 as int32). Traced labels are already in JAX's
+    dtype; traced lengths check every entry."""
+    if checks.is_traced(labels):
+        return
+    values = np.asarray(labels)
+    info = np.iinfo(dtype)
+    outside = (values < info.min) | (values > info.max)
+    if not checks.is_traced(lengths):
+        position = np.arange(values.shape[-1])
+        outside &= position < np.asarray(lengths)[..., None]  # entries past a length are ignored
+    bad = np.argwhere(outside)
+    if bad.size:
+        where = ", ".join(str(int(i)) for i in bad[0])
+        raise ValueError(
+            f"{fn}: {name}[{where}] = {values[tuple(bad[0])]} is outside {np.dtype(dtype)}, "
+            f"the dtype the labels are compared in ({why})"
+        )
+
+
 @jax.jit
 def _distances(
     hyp: jax.Array, hyp_lengths: jax.Array, ref: jax.Array, ref_lengths: jax.Array
@@ -99,8 +129,11 @@ def edit_distance(
       int32 [B], or [] for unbatched sequences.
     Raises:
       ValueError: for labels that are not integers of rank 2 (or both rank
-        1), batch sizes that differ, lengths of the wrong shape, or a length
-        outside [0, N] / [0, M] (naming the entry b and its value).
+        1), batch sizes that differ, lengths of the wrong shape, a length
+        outside [0, N] / [0, M] (naming the entry b and its value), or a
+        concrete label before its length that does not fit the dtype the
+        labels are compared in (int32 unless jax_enable_x64 is on; checked
+        at full width, naming the entry).
     Examples:
       >>> import semiring_jax as sj
       >>> hyp = [[1, 2, 3, 0], [4, 4, 0, 0]]
@@ -127,6 +160,8 @@ def edit_distance(
     ref_lengths = _check_lengths(ref_lengths, batch, ref_shape[-1], "ref_lengths")
     common = np.promote_types(dtype_of(hyp), dtype_of(ref))  # uint64 with int64: float64
     label_dtype = jax.dtypes.canonicalize_dtype(common if common.kind in "iu" else np.int64)
+    check_label_range(hyp, hyp_lengths, "hyp", label_dtype)
+    check_label_range(ref, ref_lengths, "ref", label_dtype)
     size = batch[0] if batch else 1
     hyp = jnp.asarray(hyp).astype(label_dtype).reshape((size, hyp_shape[-1]))
     ref = jnp.asarray(ref).astype(label_dtype).reshape((size, ref_shape[-1]))

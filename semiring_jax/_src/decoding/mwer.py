@@ -15,13 +15,14 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from semiring_jax._src.core import checks
 from semiring_jax._src.core.fsa import Fsa
-from semiring_jax._src.decoding.edit_distance import edit_distance
+from semiring_jax._src.decoding.edit_distance import check_label_range, edit_distance
 from semiring_jax._src.decoding.nbest import nbest
 from semiring_jax._src.decoding.sampling import sample_paths
-from semiring_jax._src.dense.dense import check_lengths
+from semiring_jax._src.dense.dense import as_array, check_lengths, dtype_of
 from semiring_jax._src.scores.tot_score import tot_score
 
 __all__ = ["mwer_loss"]
@@ -102,7 +103,8 @@ def mwer_loss(
     weights (the choice of paths is a constant). A lattice with no path
     gives 0 with gradient 0 (an empty sum, as in k2). A NaN weight: with
     `key=None` the n-best search raises the `ValueError` of `sj.nbest`
-    (naming the arc); with a key, a NaN on a sampled path gives NaN.
+    (naming the arc); with a key, a NaN that makes the lattice's total NaN
+    gives NaN, with a NaN gradient in every weight (as `sj.tot_score`).
 
     With `key=None` the n-best search runs on the host: call it outside
     `jax.jit` (under `jax.grad` is fine). With a key everything is traced.
@@ -122,7 +124,9 @@ def mwer_loss(
     Raises:
       ValueError: for a lattice that is not a batched Fsa of B entries, a
         cycle (naming a state), ref not of rank 2, ref_lengths outside
-        [0, M] (naming the entry), n < 1 or temperature <= 0.
+        [0, M] (naming the entry), a concrete reference word before its
+        length outside int32 (the lattice's labels; checked at full width,
+        naming the entry), n < 1 or temperature <= 0.
     Examples:
       >>> import semiring_jax as sj
       >>> lattice = sj.stack([sj.Fsa.from_arcs(
@@ -136,12 +140,17 @@ def mwer_loss(
         shape = lattice.batch_shape if isinstance(lattice, Fsa) else type(lattice).__name__
         raise ValueError(f"{fn}: lattice must be a batched Fsa with batch shape [B], got {shape}")
     (batch,) = lattice.batch_shape
-    ref = jnp.asarray(ref)
-    if ref.ndim != 2 or ref.shape[0] != batch:
-        raise ValueError(f"{fn}: ref must have shape [B, M] with B = {batch}, got {ref.shape}")
-    if not jnp.issubdtype(ref.dtype, jnp.integer):
-        raise ValueError(f"{fn}: ref must hold integers, got {ref.dtype}")
-    ref_lengths = check_lengths(ref_lengths, batch, ref.shape[1], fn, "ref_lengths", "M")
+    ref = as_array(ref, "ref", fn)  # lists at full width, so that the range check sees them
+    shape = tuple(np.shape(ref))
+    if len(shape) != 2 or shape[0] != batch:
+        raise ValueError(f"{fn}: ref must have shape [B, M] with B = {batch}, got {shape}")
+    if not np.issubdtype(dtype_of(ref), np.integer):
+        raise ValueError(f"{fn}: ref must hold integers, got {dtype_of(ref)}")
+    ref_lengths = check_lengths(ref_lengths, batch, shape[1], fn, "ref_lengths", "M")
+    check_label_range(ref, ref_lengths, "ref", np.int32, fn, "the lattice's labels are int32")
+    # Checked, a concrete ref fits int32; a traced one keeps its dtype, so
+    # that a wide word is compared at its width (it matches no label).
+    ref = jnp.asarray(ref) if checks.is_traced(ref) else jnp.asarray(ref, jnp.int32)
     n = checks.check_int(n, "n", fn, 1)
     temperature = float(temperature)
     if not temperature > 0:
@@ -150,7 +159,7 @@ def mwer_loss(
     dtype = lattice.weight.dtype
     return _loss(
         paths,
-        ref.astype(jnp.int32),
+        ref,
         ref_lengths,
         jnp.asarray(temperature, dtype),
     )

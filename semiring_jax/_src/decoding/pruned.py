@@ -102,8 +102,10 @@ def intersect_dense_pruned(
     a NaN emission on a searched arc of some path reaches the lattice's
     weights: a concrete one raises the `ValueError` that `intersect_dense`
     raises (naming the lattice arc), a traced one (under `jax.grad`) gives
-    a NaN lattice. An utterance whose search keeps no path to a final
-    state gets a one-state lattice with no arcs and no final state.
+    a NaN lattice; so does a traced NaN final weight of a state kept at
+    the last frame (the state stays final). An utterance whose search
+    keeps no path to a final state gets a one-state lattice with no arcs
+    and no final state.
 
     Args:
       graph: an Fsa shared by the batch, or a batched Fsa with B entries;
@@ -120,7 +122,9 @@ def intersect_dense_pruned(
         graphs where a few states have most arcs (a language model's
         history states), E can be far above the arcs actually active.
     Returns:
-      A batched acyclic Fsa with B entries (padded as by `sj.stack`).
+      A batched acyclic Fsa with B entries (padded as by `sj.stack`); for
+      B = 0, a batch of no entries (batch shape (0,), the sizes of a
+      lattice with one state and no arc).
     Raises:
       ValueError: as `intersect_dense`, for a beam < 0 or NaN, a
         negative min_active or max_active < 1, or when called under `jax.jit`.
@@ -144,6 +148,8 @@ def intersect_dense_pruned(
         checks.check_int(max_arcs, "max_arcs", _FN, 1)
     native = jax.lax.stop_gradient(emissions)
     values = _values(native)
+    if not batch:
+        return lattice_batch(graph, [], emissions, [], [])
     slots = min(max_active, graph.num_states)
     min_active = min(min_active, slots)
     entries = [

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from semiring_jax._src.core import derivatives
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.semiring import LOG
 from semiring_jax._src.scores import level_scan
@@ -104,10 +105,13 @@ def _draw(
     order = (length - 1 - jnp.arange(steps - 1)) % max(steps - 1, 1)
     chain = path_as_chain(fsa, arcs[order], length, final_state, found, final_weight)
     # A NaN total (a NaN weight on a real arc or final weight) makes every
-    # path's score NaN, as the total is, rather than a valid-looking path.
+    # path's score NaN, as the total is, rather than a valid-looking path;
+    # and its gradient NaN in every weight, as the total's (the NaN set
+    # here is a constant: its gradient alone would be 0).
     nan_final = chain.final_mask & jnp.isnan(total)
+    path_final = jnp.where(nan_final, jnp.asarray(jnp.nan, dtype), chain.final_weight)
     return chain.replace(
-        final_weight=jnp.where(nan_final, jnp.asarray(jnp.nan, dtype), chain.final_weight)
+        final_weight=derivatives.nan_spread(path_final, jnp.asarray(fsa.weight), final_weight)
     )
 
 
@@ -161,7 +165,8 @@ def sample_paths(fsa: Fsa, key: jax.Array, num_paths: int) -> Fsa:
     Where no path succeeds (-inf total), every path is missing: no real
     arc, no final state, score -inf. Where the total is NaN (a NaN weight on
     a real arc, or a NaN final weight), every path's score is NaN: its final
-    weight is NaN. Padding arcs and arcs of -inf weight are never drawn.
+    weight is NaN, with a NaN gradient in every arc and final weight of
+    `fsa`, as the total's. Padding arcs and arcs of -inf weight are never drawn.
 
     Args:
       fsa: an acyclic Fsa, single or batched (batch_shape `[...]`).

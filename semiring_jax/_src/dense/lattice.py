@@ -51,7 +51,8 @@ def intersect_dense(
       emissions: float [B, T, V]; may be traced.
       lengths: int [B] in [0, T], concrete; T by default.
     Returns:
-      A batched acyclic Fsa with B entries (padded as by `sj.stack`).
+      A batched acyclic Fsa with B entries (padded as by `sj.stack`); for
+      B = 0, a batch of no entries (batch shape (0,)).
     Raises:
       ValueError: as `dense_tot_score`, or for traced lengths or structure.
     Examples:
@@ -132,8 +133,11 @@ def lattice_batch(
       found: each utterance's `LatticeStructure` over its `parts`.
       lengths: each utterance's frames.
     Returns:
-      The lattices stacked, as `stack_entries` pads them.
+      The lattices stacked, as `stack_entries` pads them; for B = 0, a
+      batch of no entries.
     """
+    if not found:
+        return _no_entries(graph)
     # A shell reads only the graph's dtype and kind, which its entries share.
     shells = [_structure_fsa(graph, p, f) for p, f in zip(parts, found, strict=True)]
     known = [_path_lengths(f, length) for f, length in zip(found, lengths, strict=True)]
@@ -164,3 +168,13 @@ def lattice_batch(
     weight = jnp.where(stacked.arc_mask, graph_weight + emissions[rows, frame, label], -jnp.inf)
     final_weight = jnp.where(stacked.final_mask, graph_final, -jnp.inf)
     return stacked.replace(weight=weight, final_weight=final_weight)
+
+
+def _no_entries(graph: Fsa) -> Fsa:
+    """A batched lattice of B = 0 entries: the lattice of an utterance
+    without a path (one state, no arc), stacked, its batch axis cut to 0,
+    so that its sizes, dtype and kind are those of any lattice."""
+    shell = placeholder(1, [], [], [], [], graph.dtype, graph.is_acceptor, defer=True)
+    start = np.zeros(1, np.int64)  # the start state's longest paths in and out
+    one = stack_entries([shell], lengths=[levels.PathLengths(start, start.copy())])
+    return jax.tree_util.tree_map(lambda leaf: leaf[:0], one)

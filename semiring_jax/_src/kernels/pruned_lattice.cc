@@ -205,7 +205,7 @@ Lattice Build(const Graph& g, const double* emissions, int64_t vocab, const int3
   bool nan = false, posinf = false;
   for (int64_t j = 0; j < f.Size(length); ++j) {
     const double end = g.final_weight[f.state[f.first[length] + j]];
-    final[j] = end > kNegInf;
+    final[j] = !(end == kNegInf);  // NaN too: it must reach the lattice's total
     nan |= std::isnan(end);
     beta[f.first[length] + j] = end;
     alive[f.first[length] + j] = reach[f.first[length] + j] && final[j];

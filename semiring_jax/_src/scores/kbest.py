@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from semiring_jax._src.core import compensated
+from semiring_jax._src.core import compensated, derivatives
 from semiring_jax._src.core.batch import jit_over_batch
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.schedule import Schedule
@@ -154,9 +154,12 @@ def kbest_scores(fsa: Fsa, k: int) -> jax.Array:
 
 
 def _kbest_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
-    if not loader.serves(fsa.dtype):
-        return tot_score(fsa, semiring)
     diff = (jnp.asarray(fsa.weight), final_weights(fsa, LOG).astype(fsa.dtype))
+    if not loader.serves(fsa.dtype):
+        # Autodiff of the scan gives a NaN score the derivative of the path
+        # `top_k` ranked there (NaN first): the NaN arc's indicator. NaN in
+        # every weight instead, as the kernel's rule gives.
+        return derivatives.nan_spread(tot_score(fsa, semiring), *diff)
     return _compiled(int(np.size(semiring.zero)), diff, fsa.schedule)
 
 

@@ -90,7 +90,7 @@ def pruned_lattice(
     Args:
       graph_src, graph_dst, graph_label: int [A], the graph's real arcs.
       graph_weight: float [A], their weights (values, for the beam only).
-      final_weight: float [S], -inf where not final.
+      final_weight: float [S], -inf where not final (NaN: final).
       emissions: float [T, V], values (for the beam only).
       active: length + 1 sorted int arrays, the states active after each
         frame (active[0] holds the start state 0).
@@ -115,7 +115,9 @@ def pruned_lattice(
         dst.append(target[inside])
         score.append(graph_weight[leaving] + emissions[t, graph_label[leaving]])
     last_final = final_weight[active[length]]
-    keep = _connected(sizes, src, dst, last_final > -np.inf)
+    # A NaN final weight is final too: its NaN must reach the lattice.
+    is_final = last_final != -np.inf
+    keep = _connected(sizes, src, dst, is_final)
     if np.isfinite(output_beam):
         read = [s[k] for s, k in zip(score, keep, strict=True)]
         if not any(np.isnan(s).any() for s in read) and not np.isnan(last_final).any():
@@ -135,14 +137,12 @@ def pruned_lattice(
             # Arcs within the beam of a finite best lie on such paths; with
             # infinities about, cut to the connected ones once more.
             cut = [(s[k], d[k]) for s, d, k in zip(src, dst, keep, strict=True)]
-            again = _connected(
-                sizes, [c[0] for c in cut], [c[1] for c in cut], last_final > -np.inf
-            )
+            again = _connected(sizes, [c[0] for c in cut], [c[1] for c in cut], is_final)
             for t in range(length):
                 picked = np.flatnonzero(keep[t])
                 keep[t] = np.zeros_like(keep[t])
                 keep[t][picked[again[t]]] = True
-    return _numbered(active, arcs, src, dst, keep, last_final > -np.inf, length)
+    return _numbered(active, arcs, src, dst, keep, is_final, length)
 
 
 def _numbered(

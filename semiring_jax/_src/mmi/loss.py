@@ -115,9 +115,12 @@ def _mmi_loss(
     else:
         den = _total(den_graph, log_probs, lengths)
     den_scale = den_scale.astype(log_probs.dtype)
-    # The shift cancels exactly at den_scale = 1 (where 0 · an overflowed
-    # shift must not make NaN), and leaves (den_scale - 1) of it otherwise.
-    unshifted = jnp.where(den_scale == 1, 0.0, (den_scale - 1) * shift)
+    # The shift cancels exactly at den_scale = 1 and leaves (den_scale - 1)
+    # of it otherwise; its derivative by den_scale is the shift (den = the
+    # shifted den + shift), so it is not cut off at 1 unless the shift
+    # overflowed, where 0 · inf must not make NaN.
+    keep = jnp.isfinite(shift) | (den_scale != 1)
+    unshifted = jnp.where(keep, (den_scale - 1) * shift, 0.0)
     loss = den_scale * den - num + unshifted
     # An infeasible numerator: +inf, and (through where) every gradient of
     # that utterance exactly 0, the denominator's included.

@@ -39,8 +39,8 @@ def _check_samples(semiring: Semiring, samples: Any) -> int:
     [N, *that leaf's record shape], N >= 1 (the laws index records along
     the leading axis)."""
     fn = "check_semiring_laws"
-    expected = jax.tree_util.tree_structure(semiring.zero)
-    got = jax.tree_util.tree_structure(samples)
+    expected: jax.tree_util.PyTreeDef = jax.tree_util.tree_structure(semiring.zero)
+    got: jax.tree_util.PyTreeDef = jax.tree_util.tree_structure(samples)
     if got != expected:
         raise ValueError(
             f"{fn}: samples must be a record array with the pytree structure of "

@@ -226,7 +226,9 @@ def test_replace_checks_integer_fields_at_full_width():
     with pytest.raises(ValueError, match=r"replace: arc 2 has ilabel=9223372036854775808"):
         fsa.replace(ilabel=np.array([3, 4, 2**63], np.uint64))
     with pytest.raises(ValueError, match=r"replace: arc 1 has olabel=-1; expected"):
-        fsa.replace(olabel=jnp.array([3, -1, 5], jnp.int32))
+        fsa.replace(olabel=np.array([3, -1, 5], np.int32))
+    with pytest.raises(ValueError, match=r"replace: arc 1 has olabel=4294967296; expected"):
+        fsa.replace(olabel=jnp.array([3, 2**32, 5], jnp.int64))  # x64 is on in the tests
     batched = sj.stack([fsa, fsa])
     with pytest.raises(ValueError, match=r"replace: entry 1, arc 2 has ilabel=4294967297"):
         batched.replace(ilabel=np.array([[3, 4, 5], [3, 4, wide]], np.int64))

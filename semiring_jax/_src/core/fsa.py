@@ -618,9 +618,10 @@ class Fsa:
         Raises:
           TypeError: for an unknown field name.
           ValueError: for a wrong shape or dtype, a NaN or +inf weight, a
-            concrete state or label outside [0, 2**31 - 1] (checked at its
-            full width, e.g. int64, then stored as int32; naming the arc),
-            or a traced structure field.
+            state or label outside [0, 2**31 - 1] in a numpy array or a
+            concrete one of another dtype than int32 (checked at its full
+            width, e.g. int64, then stored as int32; naming the arc), or a
+            traced structure field.
         Examples:
           >>> import jax.numpy as jnp
           >>> import semiring_jax as sj
@@ -654,10 +655,13 @@ class Fsa:
             if not np.issubdtype(fields[name].dtype, np.integer):
                 raise ValueError(f"replace: {name} must hold integers, got {fields[name].dtype}")
             # At full width before the cast to int32, so that int64
-            # 2**32 + 1 is not state 1; traced labels cannot be checked
-            # (weights, the hot traced path, are not checked here).
-            if not checks.is_traced(fields[name]):
-                fields[name] = build.check_int32_field(np.asarray(fields[name]), "replace", name)
+            # 2**32 + 1 is not state 1. Traced values cannot be checked, and
+            # a JAX int32 array (as eager `best_path` makes) is not copied to
+            # the host for it: it needs no cast.
+            value = fields[name]
+            is_jax_int32 = isinstance(value, jax.Array) and value.dtype == np.int32
+            if not checks.is_traced(value) and not is_jax_int32:
+                fields[name] = build.check_int32_field(np.asarray(value), "replace", name)
         new = _with_fields(self, fields)
         _check_weight_dtypes(new)
         for name in ("weight", "final_weight"):

@@ -170,8 +170,8 @@ def mmi_loss(
         precision).
       lengths: int [B], frames per utterance in [0, T].
       den_scale: the weight of the denominator (1.0: MMI); finite.
-      leaky_hmm: Kaldi's finite leaky-HMM coefficient ε ≥ 0 (0: off; Kaldi uses
-        1e-5). A Python float: it is static under `jax.jit`.
+      leaky_hmm: Kaldi's leaky-HMM coefficient ε ≥ 0, finite (0: off;
+        Kaldi uses 1e-5). A Python float: it is static under `jax.jit`.
     Returns:
       float [B], the losses (the emissions' dtype).
     Raises:

@@ -200,11 +200,10 @@ def read_arpa(
         number of fields, a probability or back-off weight that is not a
         number (NaN and +inf included) or whose natural log `dtype` cannot
         hold, a back-off weight on the highest order, `<s>` or `</s>` out
-        of place, a duplicate n-gram, a word
-        missing from `symbols` (or from the unigrams), no `\\end\\`; with
-        `expand=True`, a backed-off weight (a sum of the model's values)
-        that `dtype` cannot hold, naming its word and state; also for a
-        path that is not a file.
+        of place, a duplicate n-gram, a word missing from `symbols` (or
+        from the unigrams), no `\\end\\`; with `expand=True`, a backed-off
+        weight (a sum of the model's values) that `dtype` cannot hold,
+        naming its word and state; also for a path that is not a file.
       TypeError: for a `source` that is neither a str nor a path.
     Examples:
       >>> import numpy as np

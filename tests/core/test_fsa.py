@@ -210,6 +210,39 @@ def test_replace_structure_rebuilds_the_schedule():
         jax.jit(lambda s: fsa.replace(src=s))(fsa.src)
 
 
+def test_replace_checks_integer_fields_at_full_width():
+    # 2**32 + 1 wrapped to state 1 when cast to int32; every integer field
+    # is checked before the cast, and kept int32.
+    fsa = sj.Fsa.from_arcs(ARCS, final=[2])
+    wide = 2**32 + 1
+    with pytest.raises(ValueError, match=r"replace: arc 0 has src=4294967297; expected"):
+        fsa.replace(src=np.array([wide, 1, 1], np.int64))
+    with pytest.raises(ValueError, match=r"replace: arc 2 has dst=4294967298; expected"):
+        fsa.replace(dst=np.array([1, 2, wide + 1], np.int64))
+    with pytest.raises(ValueError, match=r"replace: arc 1 has ilabel=4294967297; expected"):
+        fsa.replace(ilabel=np.array([3, wide, 5], np.int64))
+    with pytest.raises(ValueError, match=r"replace: arc 0 has olabel=-4294967297; expected"):
+        fsa.replace(olabel=np.array([-wide, 4, 5], np.int64))
+    with pytest.raises(ValueError, match=r"replace: arc 2 has ilabel=9223372036854775808"):
+        fsa.replace(ilabel=np.array([3, 4, 2**63], np.uint64))
+    with pytest.raises(ValueError, match=r"replace: arc 1 has olabel=-1; expected"):
+        fsa.replace(olabel=np.array([3, -1, 5], np.int32))
+    with pytest.raises(ValueError, match=r"replace: arc 1 has olabel=4294967296; expected"):
+        fsa.replace(olabel=jnp.array([3, 2**32, 5], jnp.int64))  # x64 is on in the tests
+    batched = sj.stack([fsa, fsa])
+    with pytest.raises(ValueError, match=r"replace: entry 1, arc 2 has ilabel=4294967297"):
+        batched.replace(ilabel=np.array([[3, 4, 5], [3, 4, wide]], np.int64))
+    relabelled = fsa.replace(ilabel=np.array([7, 8, 2**31 - 1], np.int64))
+    assert relabelled.ilabel.dtype == np.int32
+    np.testing.assert_array_equal(relabelled.ilabel, [7, 8, 2**31 - 1])
+    moved = fsa.replace(src=np.array([0, 1, 1], np.int64))
+    assert moved.src.dtype == np.int32
+    assert float(sj.tot_score(moved)) == pytest.approx(0.5 + np.logaddexp(-1.0, 0.25))
+    # Labels may still be traced (and are then not checked).
+    labels = jax.jit(lambda x: fsa.replace(ilabel=x).ilabel)(jnp.array([1, 2, 3], jnp.int32))
+    np.testing.assert_array_equal(labels, [1, 2, 3])
+
+
 def test_to_dot_and_notebook_rendering(monkeypatch):
     fsa = sj.Fsa.from_arcs([(0, 1, 3, 7, 0.5)], final={1: -0.25})
     source = fsa.to_dot(title="demo")

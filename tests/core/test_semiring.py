@@ -97,3 +97,34 @@ def test_a_user_semiring_never_reads_the_minus_inf_of_non_final_states():
     graph = graph.replace(final_weight=jnp.array([-jnp.inf, 1.0], jnp.float32))
     emissions = jnp.ones((1, 2, 2), jnp.float32)
     np.testing.assert_allclose(sj.dense_tot_score(graph, emissions, None, REAL), [1.0])
+
+
+def test_check_semiring_laws_refuses_samples_that_are_not_records():
+    # These raised IndexError (or passed vacuously) instead of naming samples.
+    pair = sj.Semiring(
+        name="pair",
+        plus=lambda a, b: (a[0] + b[0], a[1] + b[1]),
+        times=lambda a, b: (a[0] * b[0], a[1] * b[1]),
+        sum=lambda x, axis: (jnp.sum(x[0], axis=axis), jnp.sum(x[1], axis=axis)),
+        zero=(0.0, 0.0),
+        one=(1.0, 1.0),
+    )
+    vector = jnp.array([0.0, 1.0])
+    with pytest.raises(ValueError, match=r"check_semiring_laws: samples leaf 0 has shape \(\);"):
+        sj.check_semiring_laws(sj.LOG, jnp.array(1.0))  # no [N] axis
+    with pytest.raises(ValueError, match=r"samples leaf 0 has shape \(2, 2\); expected \[N\]"):
+        sj.check_semiring_laws(sj.LOG, jnp.zeros((2, 2)))
+    with pytest.raises(ValueError, match=r"samples must be .* structure of 'log'"):
+        sj.check_semiring_laws(sj.LOG, (vector, vector))
+    with pytest.raises(ValueError, match=r"samples must be .* structure of 'pair'"):
+        sj.check_semiring_laws(pair, vector)
+    with pytest.raises(
+        ValueError, match=r"samples leaf 1 has shape \(3,\); expected \[N\] = \(2,\)"
+    ):
+        sj.check_semiring_laws(pair, (vector, jnp.zeros(3)))
+    with pytest.raises(ValueError, match=r"samples leaf 0 has shape \(2,\); expected \[N, 3\]"):
+        sj.check_semiring_laws(sj.kbest_semiring(3), vector)
+    with pytest.raises(ValueError, match=r"samples must hold at least one record"):
+        sj.check_semiring_laws(sj.LOG, jnp.zeros(0))
+    sj.check_semiring_laws(pair, (vector, vector + 2.0))  # records of it pass
+    sj.check_semiring_laws(sj.kbest_semiring(2), jnp.array([[0.0, -1.0], [2.0, -jnp.inf]]))

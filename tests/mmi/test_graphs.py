@@ -346,6 +346,26 @@ def test_read_arpa_errors_name_the_line(text, message):
         sj.read_arpa(text)
 
 
+def test_read_arpa_weights_beyond_the_dtype_name_the_line():
+    # ln = log10 * ln 10 of 1e39 is beyond float32 (3.4e38): the error
+    # named from_arcs and an arc, not the line.
+    unigram_b = line_of("-0.6\tb")
+    with pytest.raises(ValueError, match=f"read_arpa: line {UNIGRAM_A}: log10 probability '1e39'"):
+        sj.read_arpa(edited(UNIGRAM_A, "1e39\ta\t-0.3"))
+    with pytest.raises(ValueError, match=f"line {UNIGRAM_A}: log10 back-off weight '-1e39'"):
+        sj.read_arpa(edited(UNIGRAM_A, "-0.5\ta\t-1e39"), expand=True)
+    with pytest.raises(ValueError, match=f"line {unigram_b}: log10 probability '1e308'.*float64"):
+        sj.read_arpa(edited(unigram_b, "1e308\tb\t-0.2"), dtype=np.float64)
+    lm, _ = sj.read_arpa(edited(UNIGRAM_A, "1e39\ta\t-0.3"), dtype=np.float64)
+    assert np.isclose(np.max(np.asarray(lm.weight)), 1e39 * np.log(10.0))
+    # Each value fits float32, but a backed-off weight (ln P(b) + ln α(b),
+    # for b after b) does not: named by state and word.
+    text = edited(unigram_b, "1.4e38\tb\t1e37")
+    sj.read_arpa(text)  # the back-off arcs hold each value alone
+    with pytest.raises(ValueError, match=r"read_arpa: expand=True: the backed-off weight of 'b' "):
+        sj.read_arpa(text, expand=True)
+
+
 def test_read_arpa_errors_for_symbols():
     with pytest.raises(ValueError, match=r"line \d+: word 'b' is not in the symbol table"):
         sj.read_arpa("\n".join(GOOD), sj.SymbolTable(["<eps>", "a"]))

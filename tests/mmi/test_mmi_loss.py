@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 import semiring_jax as sj
 from semiring_jax._src.kernels import loader
+from tests.paths import both_paths
 
 B, T, V = 4, 5, 4  # batch, frames, pdf columns
 NUM_STATES, NUM_K = 5, 2  # numerator graphs: S, arcs per state (A = S K)
@@ -491,6 +492,19 @@ def test_errors():
         sj.mmi_loss(num, den, log_probs.astype(jnp.float64), lengths)
 
 
+def test_non_finite_hyper_parameters_are_refused():
+    # inf or NaN would not fail: every loss would be inf or NaN.
+    num, den, log_probs = random_setup(0, "float32")
+    lengths = np.full(B, T, np.int32)
+    for bad in (np.inf, np.nan):
+        with pytest.raises(ValueError, match="mmi_loss: leaky_hmm must be a finite float"):
+            sj.mmi_loss(num, den, log_probs, lengths, leaky_hmm=bad)
+        with pytest.raises(ValueError, match="mmi_loss: den_scale must be finite"):
+            sj.mmi_loss(num, den, log_probs, lengths, den_scale=bad)
+        with pytest.raises(ValueError, match="mmi_loss: den_scale must be finite"):
+            sj.mmi_loss(num, den, log_probs, lengths, den_scale=jnp.float32(bad))
+
+
 # -- 7. kernel and scan agree -------------------------------------------------------
 
 
@@ -537,3 +551,66 @@ def test_kernel_and_scan_agree(dtype, monkeypatch):
     for k, s in zip(kernel_grads, scan_grads):
         assert np.any(k != 0)
         np.testing.assert_allclose(k, s, **TOLERANCE[dtype])
+
+
+# -- 8. a common offset on the log-probs --------------------------------------------
+
+
+def oracle_gradient(num, den, log_probs, lengths, leaky_hmm):
+    """∂ Σ_b loss_b / ∂ log_probs [B, T, V] (den_scale 1) by central
+    differences of the float64 oracle, one utterance at a time."""
+    den_arrays = arrays(den)
+    src, dst, _, weight, final = den_arrays
+    leak = leaky_hmm * oracle_initial_probs(src, dst, weight, final) if leaky_hmm else None
+    grads = []
+    for b, length in enumerate(np.asarray(lengths).tolist()):
+        num_arrays = entry(num, b)
+
+        def loss(lp, num_arrays=num_arrays, length=length):
+            return oracle_total(den_arrays, lp, length, leak) - oracle_total(num_arrays, lp, length)
+
+        grads.append(central_differences(loss, log_probs[b]))
+    return np.stack(grads)
+
+
+def test_a_large_offset_in_float32_cancels():
+    """Raw network outputs: num and den each shift by the sum of the
+    per-frame offsets, so the loss and its gradient are those of the same
+    float32 inputs without the offset (the oracle: float64, the offset
+    subtracted exactly), plus (den_scale - 1) times that sum. Both totals
+    are ~T · offset; rounding each to float32 before the subtraction gave
+    0.0 at 1e9 and 3e-3 off at 1e4. Utterances 3k..3k+2 carry offset k."""
+    phones, topo, den, log_probs, lengths = lf_mmi_setup("float32")
+    phones = phones[:3] * 3
+    num = sj.numerator_graphs(phones, None, topo)
+    lengths = np.array([T, 4, 3] * 3, np.int32)  # every numerator feasible
+    # Each frame its own offset; float32 rounds the inputs themselves.
+    offsets = np.repeat([1e4, 1e6, 1e9], 3)[:, None] * (1.0 + np.arange(T) / T)  # [9, T]
+    base = np.tile(np.asarray(log_probs[:3], np.float64), (3, 1, 1))
+    shifted = (base + offsets[..., None]).astype(np.float32)
+    exact = np.asarray(shifted, np.float64) - offsets[..., None]
+    offset_sum = np.where(np.arange(T) < lengths[:, None], offsets, 0.0).sum(axis=1)
+
+    def loss_and_grad(lp, den_scale, leaky_hmm):
+        def summed(lp, den_scale):
+            losses = sj.mmi_loss(num, den, lp, lengths, den_scale=den_scale, leaky_hmm=leaky_hmm)
+            return losses.sum(), losses
+
+        run = jax.jit(jax.value_and_grad(summed, argnums=(0, 1), has_aux=True))
+        (_, one), (grad, grad_scale) = run(lp, jnp.float32(1.0))
+        (_, scaled), _ = run(lp, den_scale)
+        return one, grad, scaled, grad_scale
+
+    for leaky_hmm in (0.0, 1e-5):
+        want = oracle_loss(num, den, exact, lengths, leaky_hmm=leaky_hmm)
+        assert np.all(np.isfinite(want)), want
+        want_scaled = oracle_loss(num, den, exact, lengths, 0.9, leaky_hmm) - 0.1 * offset_sum
+        want_grad = oracle_gradient(num, den, exact, lengths, leaky_hmm)
+        # d loss / d den_scale at 1: the sum of the true (offset) den totals.
+        want_den = (want_scaled - want) / (0.9 - 1.0)
+        both = both_paths(loss_and_grad, jnp.asarray(shifted), jnp.float32(0.9), leaky_hmm)
+        for got, got_grad, got_scaled, got_grad_scale in both:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(got_grad, want_grad, rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(got_scaled, want_scaled, rtol=1e-6)
+            np.testing.assert_allclose(got_grad_scale, want_den.sum(), rtol=1e-6)

@@ -8,6 +8,7 @@ import jax
 import numpy as np
 
 __all__ = [
+    "check_finite_float",
     "check_float_dtype",
     "check_int",
     "check_not_traced",
@@ -68,3 +69,14 @@ def check_int(value: Any, name: str, fn: str, low: int) -> int:
     if not low <= value <= np.iinfo(np.int32).max:
         raise ValueError(f"{fn}: {name} = {value} is outside [{low}, 2**31 - 1]")
     return int(value)
+
+
+def check_finite_float(value: Any, name: str, fn: str, low: float | None = None) -> float:
+    """A hyper-parameter as a finite Python float (>= `low` if given); a
+    ValueError naming `name` otherwise. inf and NaN are refused: they would
+    not fail, only turn every result into inf or NaN."""
+    number = float(value)
+    if not np.isfinite(number) or (low is not None and number < low):
+        expected = "a finite float" if low is None else f"a finite float >= {low}"
+        raise ValueError(f"{fn}: {name} must be {expected}, got {number}")
+    return number

@@ -617,7 +617,10 @@ class Fsa:
           A new Fsa.
         Raises:
           TypeError: for an unknown field name.
-          ValueError: for a wrong shape or dtype, a NaN or +inf weight, or a
+          ValueError: for a wrong shape or dtype, a NaN or +inf weight, a
+            state or label outside [0, 2**31 - 1] in a numpy array or a
+            concrete one of another dtype than int32 (checked at its full
+            width, e.g. int64, then stored as int32; naming the arc), or a
             traced structure field.
         Examples:
           >>> import jax.numpy as jnp
@@ -645,16 +648,21 @@ class Fsa:
             checks.check_shape(
                 value, name, "replace", expected, "[..., S]" if per_state else "[..., A]"
             )
-        if "final_mask" in fields and np.result_type(fields["final_mask"]) != np.bool_:
-            raise ValueError(
-                f"replace: final_mask must be bool, got {np.result_type(fields['final_mask'])}"
-            )
+        fields = {name: _as_array(v) for name, v in fields.items()}
+        if "final_mask" in fields and fields["final_mask"].dtype != np.bool_:
+            raise ValueError(f"replace: final_mask must be bool, got {fields['final_mask'].dtype}")
         for name in set(fields) & {"ilabel", "olabel", "src", "dst"}:
-            if not np.issubdtype(np.result_type(fields[name]), np.integer):
-                raise ValueError(
-                    f"replace: {name} must hold integers, got {np.result_type(fields[name])}"
-                )
-        new = _with_fields(self, {name: _as_array(v) for name, v in fields.items()})
+            if not np.issubdtype(fields[name].dtype, np.integer):
+                raise ValueError(f"replace: {name} must hold integers, got {fields[name].dtype}")
+            # At full width before the cast to int32, so that int64
+            # 2**32 + 1 is not state 1. Traced values cannot be checked, and
+            # a JAX int32 array (as eager `best_path` makes) is not copied to
+            # the host for it: it needs no cast.
+            value = fields[name]
+            is_jax_int32 = isinstance(value, jax.Array) and value.dtype == np.int32
+            if not checks.is_traced(value) and not is_jax_int32:
+                fields[name] = build.check_int32_field(np.asarray(value), "replace", name)
+        new = _with_fields(self, fields)
         _check_weight_dtypes(new)
         for name in ("weight", "final_weight"):
             value = getattr(new, name)

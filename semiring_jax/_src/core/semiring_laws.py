@@ -33,6 +33,42 @@ def _show(record: Any, index: int) -> str:
     return str(jax.tree_util.tree_map(lambda leaf: np.asarray(leaf)[index].tolist(), record))
 
 
+def _check_samples(semiring: Semiring, samples: Any) -> int:
+    """N, the number of records in `samples`; a ValueError naming `samples`
+    unless it has the pytree structure of `semiring.zero` with each leaf
+    [N, *that leaf's record shape], N >= 1 (the laws index records along
+    the leading axis)."""
+    fn = "check_semiring_laws"
+    expected: jax.tree_util.PyTreeDef = jax.tree_util.tree_structure(semiring.zero)
+    got: jax.tree_util.PyTreeDef = jax.tree_util.tree_structure(samples)
+    if got != expected:
+        raise ValueError(
+            f"{fn}: samples must be a record array with the pytree structure of "
+            f"{semiring.name!r}'s zero, {expected}; got {got}"
+        )
+    size = None
+    for i, (leaf, zero_leaf) in enumerate(
+        zip(records.leaves_of(samples), records.leaves_of(semiring.zero))
+    ):
+        shape, record_shape = np.shape(leaf), np.shape(zero_leaf)
+        if (
+            len(shape) != 1 + len(record_shape)
+            or shape[1:] != record_shape
+            or (size is not None and shape[0] != size)
+        ):
+            described = "[N" + "".join(f", {d}" for d in record_shape) + "]"
+            if size is not None:
+                described += f" = {(size, *record_shape)}"
+            raise ValueError(
+                f"{fn}: samples leaf {i} has shape {shape}; expected {described} "
+                f"(N records of {semiring.name!r}, on the leading axis)"
+            )
+        size = shape[0]
+    if not size:
+        raise ValueError(f"{fn}: samples must hold at least one record (N >= 1), got N = 0")
+    return size
+
+
 def check_semiring_laws(
     semiring: Semiring, samples: Any, *, rtol: float = 1e-5, atol: float = 1e-6
 ) -> None:
@@ -58,6 +94,9 @@ def check_semiring_laws(
         keep N to a few dozen.
       rtol, atol: tolerances of the comparisons.
     Raises:
+      ValueError: for `samples` that are not N >= 1 records of the
+        semiring (another pytree structure than `zero`'s, or a leaf not
+        [N, *record shape]), naming the leaf.
       AssertionError: naming the first law that fails and the samples
         (by index and value) that break it.
     Examples:
@@ -72,8 +111,8 @@ def check_semiring_laws(
       ...     print(str(error).split(" at ")[0])
       Semiring 'minus': ⊕ is not associative: (a ⊕ b) ⊕ c != a ⊕ (b ⊕ c)
     """
+    size = _check_samples(semiring, samples)
     samples = jax.tree_util.tree_map(jnp.asarray, samples)
-    size = records.leaves_of(samples)[0].shape[0]
     dtype = records.dtype_of(samples)
     triples = np.array(list(itertools.product(range(size), repeat=3)), np.int32).reshape(-1, 3)
     a, b, c = (records.take(samples, triples[:, i]) for i in range(3))

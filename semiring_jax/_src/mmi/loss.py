@@ -15,8 +15,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from semiring_jax._src.core import derivatives
+from semiring_jax._src.core import checks, derivatives
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.semiring import LOG
 from semiring_jax._src.dense import arc_scan, dense
@@ -76,6 +77,28 @@ def _total(graph: Fsa, log_probs: jax.Array, lengths: jax.Array) -> jax.Array:
     return dense.scan_total(LOG, graph, log_probs, lengths)
 
 
+def _frame_shift(log_probs: jax.Array, lengths: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(log_probs less each frame's max over V [B, T, V], the sum of those
+    maxima over each utterance's lengths[b] frames [B]).
+
+    Every path of both graphs reads exactly one column per frame for
+    lengths[b] frames (epsilon-free, and the leak is linear in α, so it
+    scales with the frame), so each total of the shifted log-probs is the
+    true one less the sum, which cancels in den - num: computed whole, both
+    are ~T · offset for raw network outputs, and their float32 rounding ate
+    the loss (0.0 at an offset of 1e9). The maxima are constants
+    (stop_gradient): the totals' derivatives are the same at any constant
+    shift. A frame whose max is not finite (NaN, ±inf) is not shifted, so
+    NaN and +inf stay visible; frames past the length are not summed.
+    """
+    top = jax.lax.stop_gradient(jnp.max(log_probs, axis=-1, keepdims=True))  # [B, T, 1]
+    top = jnp.where(jnp.isfinite(top), top, 0.0)
+    frames = jnp.arange(log_probs.shape[1], dtype=lengths.dtype)
+    active = frames[None, :] < lengths[:, None]  # [B, T]
+    shift = jnp.sum(jnp.where(active, top[..., 0], 0.0), axis=1)
+    return log_probs - top, shift
+
+
 @functools.partial(jax.jit, static_argnames="leaky_hmm")
 def _mmi_loss(
     num_graphs: Fsa,
@@ -85,12 +108,20 @@ def _mmi_loss(
     den_scale: jax.Array,
     leaky_hmm: float,
 ) -> jax.Array:
+    log_probs, shift = _frame_shift(log_probs, lengths)
     num = _total(num_graphs, log_probs, lengths)
     if leaky_hmm:
         den = _leaky_total(den_graph, log_probs, lengths, jnp.asarray(leaky_hmm, log_probs.dtype))
     else:
         den = _total(den_graph, log_probs, lengths)
-    loss = den_scale.astype(log_probs.dtype) * den - num
+    den_scale = den_scale.astype(log_probs.dtype)
+    # The shift cancels exactly at den_scale = 1 and leaves (den_scale - 1)
+    # of it otherwise; its derivative by den_scale is the shift (den = the
+    # shifted den + shift), so it is not cut off at 1 unless the shift
+    # overflowed, where 0 · inf must not make NaN.
+    keep = jnp.isfinite(shift) | (den_scale != 1)
+    unshifted = jnp.where(keep, (den_scale - 1) * shift, 0.0)
+    loss = den_scale * den - num + unshifted
     # An infeasible numerator: +inf, and (through where) every gradient of
     # that utterance exactly 0, the denominator's included.
     return jnp.where(num == -jnp.inf, jnp.inf, loss)
@@ -133,18 +164,22 @@ def mmi_loss(
       den_graph: an unbatched Fsa shared by the batch (e.g.
         `sj.denominator_graph`), labels in [0, V).
       log_probs: float [B, T, V], per-frame log-probabilities of the pdfs
-        (the network's output; not required to be normalised).
+        (the network's output; not required to be normalised: each frame
+        is shifted by its max over V before both totals, and the shifts
+        cancel in den - num, so a large offset, 1e9 in float32, costs no
+        precision).
       lengths: int [B], frames per utterance in [0, T].
-      den_scale: the weight of the denominator (1.0: MMI).
-      leaky_hmm: Kaldi's leaky-HMM coefficient ε ≥ 0 (0: off; Kaldi uses
-        1e-5). A Python float: it is static under `jax.jit`.
+      den_scale: the weight of the denominator (1.0: MMI); finite.
+      leaky_hmm: Kaldi's leaky-HMM coefficient ε ≥ 0, finite (0: off;
+        Kaldi uses 1e-5). A Python float: it is static under `jax.jit`.
     Returns:
       float [B], the losses (the emissions' dtype).
     Raises:
       ValueError: for log_probs not of rank 3, lengths outside [0, T], a
         numerator batch that is not B graphs, a batched denominator, a
-        label outside [0, V) (naming the arc), mismatched dtypes, or a
-        negative `leaky_hmm`.
+        label outside [0, V) (naming the arc), mismatched dtypes, a
+        `leaky_hmm` that is negative or not finite, or a concrete
+        `den_scale` that is not finite.
     Examples:
       >>> import jax, jax.numpy as jnp
       >>> import semiring_jax as sj
@@ -171,7 +206,8 @@ def mmi_loss(
         raise ValueError(f"{fn}: den_graph must be one unbatched Fsa, got {shape}")
     dense.check_graph(num_graphs, batch, num_columns, log_probs.dtype, fn)
     dense.check_graph(den_graph, batch, num_columns, log_probs.dtype, fn)
-    leaky_hmm = float(leaky_hmm)
-    if not leaky_hmm >= 0:
-        raise ValueError(f"{fn}: leaky_hmm must be >= 0, got {leaky_hmm}")
+    leaky_hmm = checks.check_finite_float(leaky_hmm, "leaky_hmm", fn, 0.0)
+    # den_scale may be traced (a schedule inside jit): checked when concrete.
+    if not checks.is_traced(den_scale) and not np.all(np.isfinite(np.asarray(den_scale, float))):
+        raise ValueError(f"{fn}: den_scale must be finite, got {den_scale}")
     return _mmi_loss(num_graphs, den_graph, log_probs, lengths, jnp.asarray(den_scale), leaky_hmm)

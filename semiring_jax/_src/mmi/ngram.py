@@ -198,10 +198,12 @@ def read_arpa(
         `\\data\\` line, a malformed `ngram k=count` line, sections out of
         order or holding other counts than declared, a line of the wrong
         number of fields, a probability or back-off weight that is not a
-        number (NaN and +inf included), a back-off weight on the highest
-        order, `<s>` or `</s>` out of place, a duplicate n-gram, a word
-        missing from `symbols` (or from the unigrams), no `\\end\\`; also for
-        a path that is not a file.
+        number (NaN and +inf included) or whose natural log `dtype` cannot
+        hold, a back-off weight on the highest order, `<s>` or `</s>` out
+        of place, a duplicate n-gram, a word missing from `symbols` (or
+        from the unigrams), no `\\end\\`; with `expand=True`, a backed-off
+        weight (a sum of the model's values) that `dtype` cannot hold,
+        naming its word and state; also for a path that is not a file.
       TypeError: for a `source` that is neither a str nor a path.
     Examples:
       >>> import numpy as np
@@ -238,8 +240,33 @@ def read_arpa(
         raise TypeError(f"{fn}: symbols must be a sj.SymbolTable, got {type(symbols).__name__}")
     text, prefix = _arpa_text(source, fn)
     try:
-        model, table = arpa.parse(text, symbols, fn)
+        model, table = arpa.parse(text, symbols, fn, (dtype.name, float(np.finfo(dtype).max)))
     except ValueError as err:
         raise ValueError(f"{prefix}{err}") from None
-    arcs = ngram.expanded_arcs(model) if expand else ngram.backoff_arcs(model)
+    if not expand:
+        return _fsa(ngram.backoff_arcs(model), dtype), table
+    arcs = ngram.expanded_arcs(model)
+    _check_backed_off(arcs, table, dtype, f"{prefix}{fn}")
     return _fsa(arcs, dtype), table
+
+
+def _check_backed_off(arcs: ngram.Arcs, table: SymbolTable, dtype: np.dtype, fn: str) -> None:
+    """Each value of the model fits `dtype` (the parser checks it), but a
+    backed-off weight is a sum of several: one that `dtype` cannot hold is
+    named by its word and state here, not by `from_arcs`' arc number."""
+    with np.errstate(over="ignore"):
+        weight, final = (np.asarray(x, np.float64).astype(dtype) for x in (arcs.weight, arcs.final))
+    bad = np.flatnonzero(np.isfinite(arcs.weight) & ~np.isfinite(weight))
+    if bad.size:
+        i = int(bad[0])
+        word, at, value = table.find(int(arcs.label[i])), int(arcs.src[i]), arcs.weight[i]
+    else:
+        bad = np.flatnonzero(np.isfinite(arcs.final) & ~np.isfinite(final))
+        if not bad.size:
+            return
+        word, at, value = arpa.SENTENCE_END, int(bad[0]), arcs.final[bad[0]]
+    raise ValueError(
+        f"{fn}: expand=True: the backed-off weight of {quote(str(word))} after state {at} "
+        f"(ln P plus the back-off weights of its history) is {value}, which {dtype} cannot "
+        f"hold (the largest {dtype} is {np.finfo(dtype).max})"
+    )

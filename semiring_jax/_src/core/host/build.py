@@ -24,6 +24,7 @@ __all__ = [
     "ArcArrays",
     "arcs_from_rows",
     "beyond_limit",
+    "check_int32_field",
     "check_weights",
     "first_overflow",
     "state_limit",
@@ -111,6 +112,21 @@ def check_weights(weights: np.ndarray, fn: str, what: str, dtype: Any = None) ->
     i = -1 if dtype is None else first_overflow(weights, dtype)
     if i >= 0:
         raise ValueError(f"{fn}: {what} {i} has weight {_overflow_message(weights[i], dtype)}")
+
+
+def check_int32_field(values: np.ndarray, fn: str, field: str) -> np.ndarray:
+    """An integer field [..., A] (states or labels) as int32, checked at
+    its full width first, so that int64 2**32 + 1 is refused rather than
+    wrapped to 1; the message names the entry (batched) and the arc."""
+    bad = np.argwhere((values < 0) | (values > _INT32_MAX))
+    if bad.size:
+        *entry, arc = (int(i) for i in bad[0])
+        where = "".join(f"entry {i}, " for i in entry) + f"arc {arc}"
+        raise ValueError(
+            f"{fn}: {where} has {field}={values[tuple(bad[0])]}; expected a non-negative "
+            f"integer (int32: at most 2**31 - 1)"
+        )
+    return values.astype(np.int32)
 
 
 def _plain(value: float) -> str:

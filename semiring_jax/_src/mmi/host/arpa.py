@@ -28,17 +28,28 @@ _COUNT = re.compile(r"ngram[ \t]+([0-9]+)[ \t]*=[ \t]*([0-9]+)")
 _SECTION = re.compile(r"\\([0-9]+)-grams:")
 _FIELDS = re.compile(r"[ \t]+")
 _LN10 = math.log(10.0)
+# The weights' dtype, by name, and its largest finite value.
+Largest = tuple[str, float]
 
 
-def _log10(text: str, what: str, where: str, line: str) -> float:
-    """A log10 value as a natural log; NaN and +inf refused."""
+def _log10(text: str, what: str, where: str, line: str, largest: Largest) -> float:
+    """A log10 value as a natural log; NaN and +inf refused, and a finite
+    value whose natural log the weights' dtype cannot hold (it would round
+    to ±inf, and be refused later with no line to name)."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
     if math.isnan(value) or value == math.inf:
         raise ValueError(f"{where}: {what} {quote(text)} is not a number in {quote(line)}")
-    return value * _LN10
+    natural = value * _LN10  # inf if beyond float64
+    name, limit = largest
+    if value > -math.inf and not abs(natural) <= limit:
+        raise ValueError(
+            f"{where}: {what} {quote(text)} is {natural} as a natural log, which {name} cannot "
+            f"hold (the largest {name} is {limit:.7g}), in {quote(line)}"
+        )
+    return natural
 
 
 class _Labels:
@@ -73,7 +84,13 @@ class _Labels:
 
 
 def _ngram(
-    fields: list[str], order: int, highest: int, labels: _Labels, where: str, line: str
+    fields: list[str],
+    order: int,
+    highest: int,
+    labels: _Labels,
+    where: str,
+    line: str,
+    largest: Largest,
 ) -> tuple[float, tuple[int, ...], float | None]:
     """(ln p, labels, ln backoff or None) of one n-gram line."""
     if len(fields) not in (order + 1, order + 2):
@@ -87,7 +104,7 @@ def _ngram(
             f"{where}: a {order}-gram is of the highest order and has no back-off weight, "
             f"got {len(fields)} fields in {quote(line)}"
         )
-    logprob = _log10(fields[0], "log10 probability", where, line)
+    logprob = _log10(fields[0], "log10 probability", where, line, largest)
     words = fields[1 : order + 1]
     for i, word in enumerate(words):
         if word == SENTENCE_START and i > 0:
@@ -95,11 +112,15 @@ def _ngram(
         if word == SENTENCE_END and i < order - 1:
             raise ValueError(f"{where}: {SENTENCE_END} before its end in {quote(line)}")
     ids = tuple(labels.label(word, order, where, line) for word in words)
-    backoff = _log10(fields[-1], "log10 back-off weight", where, line) if has_backoff else None
+    backoff = (
+        _log10(fields[-1], "log10 back-off weight", where, line, largest) if has_backoff else None
+    )
     return logprob, ids, backoff
 
 
-def parse(text: str, symbols: SymbolTable | None, fn: str) -> tuple[BackoffModel, SymbolTable]:
+def parse(
+    text: str, symbols: SymbolTable | None, fn: str, largest: Largest
+) -> tuple[BackoffModel, SymbolTable]:
     """The model of an ARPA text, and its words' labels.
 
     Args:
@@ -108,6 +129,8 @@ def parse(text: str, symbols: SymbolTable | None, fn: str) -> tuple[BackoffModel
         of first appearance among the unigrams (`<eps>` = 0); `<s>` and
         `</s>` get no label.
       fn: the public name, for messages.
+      largest: (dtype name, its largest finite value): the natural-log
+        weights must fit it.
     Returns:
       (model, symbol table).
     Raises:
@@ -184,7 +207,9 @@ def parse(text: str, symbols: SymbolTable | None, fn: str) -> tuple[BackoffModel
             continue
         if not order:
             raise ValueError(f"{where()}: an n-gram before any \\k-grams: section")
-        logprob, ids, weight = _ngram(_FIELDS.split(line), order, highest, labels, where(), line)
+        logprob, ids, weight = _ngram(
+            _FIELDS.split(line), order, highest, labels, where(), line, largest
+        )
         if ids in seen:
             raise ValueError(f"{where()}: duplicate n-gram in {quote(line)}")
         seen.add(ids)

@@ -228,6 +228,57 @@ def test_entropy_is_accurate_at_huge_scores_and_nan_stays_nan():
     assert np.isnan(nan(jnp.array([jnp.nan, 0.0], jnp.float32)))
 
 
+def equal_paths(shape, score, dtype):
+    """(Fsa, number of paths) whose paths all score `score`, each mixing in
+    one place: parallel arcs, several final states, a state of several
+    sources, or parallel arcs after the huge one (the suffix side)."""
+    if shape == "parallel":
+        return sj.Fsa.from_arcs([(0, 1, 1, score), (0, 1, 2, score)], final=[1], dtype=dtype), 2
+    fan = [(0, 1, 1, score), (0, 2, 2, score), (0, 3, 3, score)]
+    if shape == "finals":
+        return sj.Fsa.from_arcs(fan, final=[1, 2, 3], dtype=dtype), 3
+    if shape == "sources":
+        join = [(src, 4, 4, 0.0) for src in (1, 2, 3)]
+        return sj.Fsa.from_arcs(fan + join, final=[4], dtype=dtype), 3
+    tail = [(0, 1, 1, score), *((1, 2, label, 0.0) for label in (2, 3, 4))]
+    return sj.Fsa.from_arcs(tail, final=[2], dtype=dtype), 3
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(
+    "shape, score",
+    [
+        ("parallel", 1e15),
+        ("parallel", 1e17),
+        ("parallel", 1e20),
+        ("parallel", 1e30),
+        ("finals", 1e15),
+        ("finals", 1e30),
+        ("sources", 1e15),
+        ("sources", 1e30),
+        ("suffix", 1e15),
+        ("suffix", 1e30),
+    ],
+)
+def test_entropy_of_equal_paths_at_huge_scores_is_exact_with_zero_gradient(dtype, shape, score):
+    # The kernel's mixture terms once subtracted two score-sized doubles
+    # (alpha - term, total - end, E[score] - its parts): ln 2 came out 0.0,
+    # and ln 3 came out 1.125 with gradient -0.042.
+    fsa, num_paths = equal_paths(shape, score, dtype)
+
+    def value_and_grads(fsa):
+        def entropy(w, f):
+            return sj.entropy(fsa.replace(weight=w, final_weight=f))
+
+        return jax.value_and_grad(entropy, argnums=(0, 1))(fsa.weight, fsa.final_weight)
+
+    tol = {"float32": 1e-6, "float64": 1e-12}[dtype]
+    for value, (arc_grad, final_grad) in both_paths(value_and_grads, fsa):
+        np.testing.assert_allclose(value, math.log(num_paths), rtol=tol)
+        np.testing.assert_allclose(arc_grad, np.zeros(fsa.num_arcs), atol=tol)
+        np.testing.assert_allclose(final_grad, np.zeros(fsa.num_states), atol=tol)
+
+
 @pytest.mark.parametrize("path", ["kernels", "scan"])
 def test_entropy_gradient_matches_finite_differences(path):
     rng = np.random.default_rng(5)

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import semiring_jax as sj
+from semiring_jax._src.kernels import loader
 from tests import oracles
 from tests.paths import both_paths, scan_only
 from tests.strategies import acyclic_fsas, as_rows, padded
@@ -277,6 +278,48 @@ def test_entropy_of_equal_paths_at_huge_scores_is_exact_with_zero_gradient(dtype
         np.testing.assert_allclose(value, math.log(num_paths), rtol=tol)
         np.testing.assert_allclose(arc_grad, np.zeros(fsa.num_arcs), atol=tol)
         np.testing.assert_allclose(final_grad, np.zeros(fsa.num_states), atol=tol)
+
+
+OVERFLOWING = sj.Fsa.from_arcs(
+    [(0, 1, 1, 0.0), (0, 1, 2, 0.0), (1, 2, 3, 0.0), (1, 2, 4, 0.0)], final=[2], dtype="float32"
+)
+
+
+@pytest.mark.parametrize(
+    "weights, expected",
+    [
+        ([3e38, -np.inf, 3e38, -np.inf], 0.0),  # one path, past float32's largest
+        ([3e38, 3e38, 3e38, -np.inf], math.log(2)),  # two, mixed before the overflow
+        ([3e38, 0.0, 3e38, -np.inf], 0.0),  # one overflows, one is 3e38 below
+    ],
+)
+def test_entropy_where_a_float32_path_score_overflows(weights, expected):
+    # The scan gave NaN (its log-mass is +inf, as for a +inf weight); the
+    # kernel, in double, gave the entropy.
+    fsa = OVERFLOWING.replace(weight=jnp.array(weights, jnp.float32))
+
+    def value_and_grads(fsa):
+        def entropy(w, f):
+            return sj.entropy(fsa.replace(weight=w, final_weight=f))
+
+        return jax.value_and_grad(entropy, argnums=(0, 1))(fsa.weight, fsa.final_weight)
+
+    for value, (arc_grad, final_grad) in both_paths(value_and_grads, fsa):
+        np.testing.assert_allclose(value, expected, rtol=1e-6)
+        np.testing.assert_array_equal(arc_grad, np.zeros(4))
+        np.testing.assert_array_equal(final_grad, np.zeros(3))
+
+
+def test_entropy_on_the_scan_is_nan_where_overflowed_masses_meet_or_a_weight_is_inf():
+    # Two overflowed masses have shares float32 cannot tell: NaN, never a
+    # guess; a +inf weight's infinite mass stays NaN too.
+    both_overflow = OVERFLOWING.replace(weight=jnp.full(4, 3e38, jnp.float32))
+    infinite = jax.jit(lambda w: sj.entropy(OVERFLOWING.replace(weight=w)))
+    with scan_only():
+        assert np.isnan(sj.entropy(both_overflow))
+        assert np.isnan(infinite(jnp.array([np.inf, 0.0, 0.0, 0.0], jnp.float32)))
+    if loader.enabled():  # the kernel, in double, has no overflow
+        np.testing.assert_allclose(sj.entropy(both_overflow), math.log(4), rtol=1e-6)
 
 
 @pytest.mark.parametrize("path", ["kernels", "scan"])

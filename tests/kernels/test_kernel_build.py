@@ -499,14 +499,25 @@ def test_a_library_that_does_not_load_here_is_skipped_not_deleted(tmp_path, libr
     assert (cache / f"{key}-{sha256(library)}.so").exists()
 
 
-def test_a_library_this_process_built_that_does_not_load_is_removed(tmp_path):
+@pytest.mark.parametrize("theirs", [False, True])
+def test_a_library_this_process_built_that_does_not_load_is_removed_unless_it_was_there(
+    tmp_path, theirs
+):
     broken = tmp_path / "broken.so"
     broken.write_bytes(b"not a library")
     compiler = stand_in(tmp_path, broken)
+    key = loader._library_key(str(compiler))
     cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    same = cache / f"{key}-{sha256(broken)}.so"
+    if theirs:  # the same bytes, as another machine's build left them
+        shutil.copy(broken, same)
+        same.chmod(0o700)
     out = lines(run({"CXX": compiler, "SEMIRING_JAX_CACHE_DIR": cache}))
     assert out[0] == OFF and "the library just built does not load" in out[1]
-    assert list(cache.iterdir()) == []
+    assert len(calls(tmp_path)) == 1
+    assert same.exists() == theirs
+    assert (cache / f"{key}.failed").exists()  # a failed build: not built again for a while
 
 
 CALLER = """\

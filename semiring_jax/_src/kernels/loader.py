@@ -35,7 +35,8 @@ to use it again). The file name holds the sha256 of the library's bytes
 only if it is ours, writable by us alone, and matches it: a truncated copy
 is rebuilt. A sound file that does not load is skipped, never deleted (in
 a shared cache it is another machine's); one this process has just built
-is removed. A build writes `tmp-semiring_jax-*.so` beside the target; on a
+is removed unless the same bytes were there before it, and counts as a
+failed build. A build writes `tmp-semiring_jax-*.so` beside the target; on a
 timeout, KeyboardInterrupt or SIGTERM it kills the compiler and removes the
 file, and the next build removes such files over an hour old (a SIGKILL's).
 
@@ -373,15 +374,17 @@ def _build(compiler: str, folder: Path, key: str, budget: float) -> ctypes.CDLL:
             os.chmod(partial, 0o700)  # the linker's mode follows the umask
             digest = hashlib.sha256(Path(partial).read_bytes()).hexdigest()
             target = folder / f"{key}-{digest}.so"
+            existed = target.exists()  # the same bytes, perhaps another machine's
             os.replace(partial, target)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(partial)
     library = _open_library(target, digest)
-    if library is None:  # ours, just built: not another machine's to keep
-        with contextlib.suppress(OSError):
-            target.unlink()
-        raise OSError(f"the library just built does not load ({target.name})")
+    if library is None:  # a failed build, remembered as one
+        if not existed:  # ours alone: not another machine's to keep
+            with contextlib.suppress(OSError):
+                target.unlink()
+        raise build.CompileError(f"the library just built does not load ({target.name})")
     return library
 
 

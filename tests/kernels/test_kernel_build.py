@@ -18,11 +18,16 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
-from semiring_jax._src.kernels import loader
+import semiring_jax as sj
+from semiring_jax._src.kernels import build, loader
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPILER = shutil.which(os.environ.get("CXX", "c++"))
@@ -80,12 +85,14 @@ def sha256(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def stand_in(folder, library, before=""):
-    """A compiler that notes its process id in folder/calls, runs the shell
-    line `before`, then copies `library` to its `-o` target."""
+def stand_in(folder, library, before="", version="fake-c++ 1.0"):
+    """A compiler that says `version` to --version; else notes its process
+    id in folder/calls, runs the shell line `before`, then copies `library`
+    to its `-o` target."""
     script = folder / "fake-c++"
     script.write_text(
         "#!/bin/sh\n"
+        f'if [ "$1" = --version ]; then echo "{version}"; exit 0; fi\n'
         f"echo $$ >> '{folder / 'calls'}'\n"
         f"{before}\n"
         'while [ $# -gt 1 ]; do if [ "$1" = -o ]; then out=$2; fi; shift; done\n'
@@ -290,10 +297,10 @@ def test_concurrent_first_builds_agree(tmp_path, library):
 
 def test_the_build_has_a_bounded_budget(monkeypatch):
     monkeypatch.delenv("SEMIRING_JAX_BUILD_TIMEOUT", raising=False)
-    assert loader._timeout() <= 90
+    assert build.build_timeout() <= 90
     monkeypatch.setenv("SEMIRING_JAX_BUILD_TIMEOUT", "soon")
     with pytest.raises(OSError, match="SEMIRING_JAX_BUILD_TIMEOUT='soon' is not a positive"):
-        loader._timeout()
+        build.build_timeout()
 
 
 def test_a_hanging_compiler_times_out_with_a_message(tmp_path, library):
@@ -306,7 +313,8 @@ def test_a_hanging_compiler_times_out_with_a_message(tmp_path, library):
     assert out[0] == OFF
     assert "the C++ compiler timed out after 2 s" in out[1]
     assert "Set SEMIRING_JAX_CPU_KERNELS=0 to silence this." in out[1]
-    assert list(cache.iterdir()) == []
+    key = loader._library_key(str(compiler))
+    assert [path.name for path in cache.iterdir()] == [f"{key}.failed"]  # no partial file
     (pid,) = calls(tmp_path)
     assert gone(pid, sleeper(tmp_path))
 
@@ -351,9 +359,9 @@ def test_an_interrupt_as_the_compiler_starts_still_kills_it(tmp_path, monkeypatc
         signal.raise_signal(signal.SIGINT)
         return process
 
-    monkeypatch.setattr(loader.subprocess, "Popen", interrupted)
+    monkeypatch.setattr(build.subprocess, "Popen", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        loader._run([str(script)], timeout=30)
+        build.run([str(script)], timeout=30)
     assert gone(sleeper(tmp_path))
 
 
@@ -424,5 +432,151 @@ def test_a_failed_build_warns_in_one_short_line_that_says_how_to_silence_it(tmp_
         assert "scores.cc:3:5: error: expected ';' before '}' token" in warning
         # The whole story is a logging switch away.
         shown = "import logging; logging.basicConfig(level=logging.DEBUG)\n"
-        stderr = run(settings, prelude=shown).stderr
+        retried = {**settings, "SEMIRING_JAX_BUILD_RETRY": 1}  # not the remembered failure
+        stderr = run(retried, prelude=shown).stderr
         assert "-std=c++17" in stderr and f"{loader._HERE}/scores.cc:3:5: error" in stderr
+
+
+def test_a_failed_build_is_remembered_per_library_key_and_can_be_retried(tmp_path, library):
+    # Each new process paid the whole timeout again.
+    compiler = stand_in(tmp_path, library, before=hanging(tmp_path))
+    cache = tmp_path / "cache"
+    settings = {"CXX": compiler, "SEMIRING_JAX_CACHE_DIR": cache, "SEMIRING_JAX_BUILD_TIMEOUT": 2}
+    first = lines(run(settings, timeout=40))
+    assert first[0] == OFF
+    assert (
+        "timed out after 2 s; not retried for 1 h (SEMIRING_JAX_BUILD_RETRY=1 retries)" in first[1]
+    )
+    key = loader._library_key(str(compiler))
+    marker = cache / f"{key}.failed"
+    assert "timed out after 2 s" in marker.read_text()
+    again = lines(run(settings, timeout=40))
+    assert again[0] == OFF and len(calls(tmp_path)) == 1  # not built again
+    assert (
+        "the C++ compiler timed out after 2 s; that failure, 0 min ago, is remembered" in again[1]
+    )
+    assert f"set SEMIRING_JAX_BUILD_RETRY=1 or delete {marker} to retry sooner" in again[1]
+    # An hour on, or on request, it is built again; a build that works
+    # clears the marker.
+    hour_ago = time.time() - 3601
+    os.utime(marker, (hour_ago, hour_ago))
+    assert lines(run(settings, timeout=40))[0] == OFF and len(calls(tmp_path)) == 2
+    working = stand_in(tmp_path, library)
+    assert working == compiler  # the same library key
+    assert lines(run({**settings, "SEMIRING_JAX_BUILD_RETRY": 1})) == ON
+    assert len(calls(tmp_path)) == 3 and not marker.exists()
+
+
+def test_the_cache_key_holds_the_compiler_and_c_library_versions(tmp_path, monkeypatch):
+    # A node with an older OS found another's library, failed to load it
+    # and deleted it.
+    compiler = str(stand_in(tmp_path, "unused", version="c++ (GCC) 12.2.0"))
+    first = loader._library_key(compiler)
+    assert loader._library_key(compiler) == first
+    stand_in(tmp_path, "unused", version="c++ (GCC) 13.1.0")
+    newer_compiler = loader._library_key(compiler)
+    assert newer_compiler != first
+    monkeypatch.setattr(loader.os, "confstr", lambda name: "glibc 2.17", raising=False)
+    assert loader._libc_version() == "glibc 2.17"
+    assert loader._library_key(compiler) not in (first, newer_compiler)
+    assert calls(tmp_path) == []  # asking the version builds nothing
+
+
+def test_a_library_that_does_not_load_here_is_skipped_not_deleted(tmp_path, library):
+    # Sound (its digest matches) but not loadable here: another machine's.
+    compiler = stand_in(tmp_path, library)
+    key = loader._library_key(str(compiler))
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    foreign = cache / "foreign.so"
+    foreign.write_bytes(b"\x7fELF built for another machine")
+    theirs = cache / f"{key}-{sha256(foreign)}.so"
+    foreign.rename(theirs)
+    theirs.chmod(0o700)
+    assert lines(run({"CXX": compiler, "SEMIRING_JAX_CACHE_DIR": cache})) == ON
+    assert len(calls(tmp_path)) == 1
+    assert theirs.exists()
+    assert (cache / f"{key}-{sha256(library)}.so").exists()
+
+
+@pytest.mark.parametrize("theirs", [False, True])
+def test_a_library_this_process_built_that_does_not_load_is_removed_unless_it_was_there(
+    tmp_path, theirs
+):
+    broken = tmp_path / "broken.so"
+    broken.write_bytes(b"not a library")
+    compiler = stand_in(tmp_path, broken)
+    key = loader._library_key(str(compiler))
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    same = cache / f"{key}-{sha256(broken)}.so"
+    if theirs:  # the same bytes, as another machine's build left them
+        shutil.copy(broken, same)
+        same.chmod(0o700)
+    out = lines(run({"CXX": compiler, "SEMIRING_JAX_CACHE_DIR": cache}))
+    assert out[0] == OFF and "the library just built does not load" in out[1]
+    assert len(calls(tmp_path)) == 1
+    assert same.exists() == theirs
+    assert (cache / f"{key}.failed").exists()  # a failed build: not built again for a while
+
+
+CALLER = """\
+import warnings
+import semiring_jax as sj
+fsa = sj.Fsa.from_arcs([(0, 1, 5, 0.0), (0, 1, 6, 0.0)], final=[1])
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    sj.{call}
+for warning in caught:
+    print(warning.filename, warning.lineno, warning.message)
+"""
+
+
+@pytest.mark.parametrize("call", ["arc_posteriors(fsa)", "nbest(fsa, 2)"])
+def test_the_warning_names_the_callers_line(tmp_path, call):
+    # It named kernels/loader.py. Traced (through jax.jit) or a host search.
+    script = tmp_path / "caller.py"
+    script.write_text(CALLER.format(call=call))
+    settings = {"CXX": "no-such-compiler", "SEMIRING_JAX_CACHE_DIR": tmp_path / "cache"}
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        env=environment(settings),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    (said,) = lines(result)
+    assert said.startswith(f"{script} 6 semiring_jax: CPU kernels off (no C++ compiler found")
+
+
+def test_on_a_gpu_or_tpu_host_the_host_searches_neither_build_nor_warn(monkeypatch):
+    # nbest and intersect_dense_pruned built the library (or warned about a
+    # missing compiler) there, though they serve the CPU only.
+    fsa = sj.Fsa.from_arcs(
+        [(0, 1, 1, 0.0), (0, 1, 2, -1.0), (1, 2, 3, 0.5), (1, 2, 4, 0.0)], final=[2]
+    )
+    graph = sj.Fsa.from_arcs([(0, 0, 0, 0.0), (0, 1, 1, 0.0), (1, 1, 1, 0.0)], final=[1])
+    emissions = jnp.log(jnp.array([[[0.9, 0.1], [0.25, 0.75], [0.5, 0.5]]], jnp.float32))
+
+    def results():
+        lattice = sj.intersect_dense_pruned(graph, emissions, output_beam=3.0)
+        return (
+            sj.tot_score(sj.nbest(fsa, 3)),
+            lattice.num_arcs,
+            sj.tot_score(lattice),
+            sj.arc_posteriors(lattice),
+        )
+
+    on_cpu = results()
+
+    def not_built():
+        raise AssertionError("the library was asked for off the CPU")
+
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(loader, "_library", not_built)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        off_cpu = results()
+    for a, b in zip(on_cpu, off_cpu):
+        np.testing.assert_allclose(a, b, rtol=1e-6)

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import semiring_jax as sj
+from semiring_jax._src.kernels import loader
 from tests import oracles
 from tests.paths import both_paths, scan_only
 from tests.strategies import acyclic_fsas, as_rows, padded
@@ -247,6 +248,99 @@ def test_entropy_is_accurate_at_huge_scores_and_nan_stays_nan():
     np.testing.assert_allclose(sj.entropy(huge), math.log(2), rtol=1e-6)
     nan = jax.jit(lambda w: sj.entropy(fsa.replace(weight=w)))
     assert np.isnan(nan(jnp.array([jnp.nan, 0.0], jnp.float32)))
+
+
+def equal_paths(shape, score, dtype):
+    """(Fsa, number of paths) whose paths all score `score`, each mixing in
+    one place: parallel arcs, several final states, a state of several
+    sources, or parallel arcs after the huge one (the suffix side)."""
+    if shape == "parallel":
+        return sj.Fsa.from_arcs([(0, 1, 1, score), (0, 1, 2, score)], final=[1], dtype=dtype), 2
+    fan = [(0, 1, 1, score), (0, 2, 2, score), (0, 3, 3, score)]
+    if shape == "finals":
+        return sj.Fsa.from_arcs(fan, final=[1, 2, 3], dtype=dtype), 3
+    if shape == "sources":
+        join = [(src, 4, 4, 0.0) for src in (1, 2, 3)]
+        return sj.Fsa.from_arcs(fan + join, final=[4], dtype=dtype), 3
+    tail = [(0, 1, 1, score), *((1, 2, label, 0.0) for label in (2, 3, 4))]
+    return sj.Fsa.from_arcs(tail, final=[2], dtype=dtype), 3
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(
+    "shape, score",
+    [
+        ("parallel", 1e15),
+        ("parallel", 1e17),
+        ("parallel", 1e20),
+        ("parallel", 1e30),
+        ("finals", 1e15),
+        ("finals", 1e30),
+        ("sources", 1e15),
+        ("sources", 1e30),
+        ("suffix", 1e15),
+        ("suffix", 1e30),
+    ],
+)
+def test_entropy_of_equal_paths_at_huge_scores_is_exact_with_zero_gradient(dtype, shape, score):
+    # The kernel's mixture terms once subtracted two score-sized doubles
+    # (alpha - term, total - end, E[score] - its parts): ln 2 came out 0.0,
+    # and ln 3 came out 1.125 with gradient -0.042.
+    fsa, num_paths = equal_paths(shape, score, dtype)
+
+    def value_and_grads(fsa):
+        def entropy(w, f):
+            return sj.entropy(fsa.replace(weight=w, final_weight=f))
+
+        return jax.value_and_grad(entropy, argnums=(0, 1))(fsa.weight, fsa.final_weight)
+
+    tol = {"float32": 1e-6, "float64": 1e-12}[dtype]
+    for value, (arc_grad, final_grad) in both_paths(value_and_grads, fsa):
+        np.testing.assert_allclose(value, math.log(num_paths), rtol=tol)
+        np.testing.assert_allclose(arc_grad, np.zeros(fsa.num_arcs), atol=tol)
+        np.testing.assert_allclose(final_grad, np.zeros(fsa.num_states), atol=tol)
+
+
+OVERFLOWING = sj.Fsa.from_arcs(
+    [(0, 1, 1, 0.0), (0, 1, 2, 0.0), (1, 2, 3, 0.0), (1, 2, 4, 0.0)], final=[2], dtype="float32"
+)
+
+
+@pytest.mark.parametrize(
+    "weights, expected",
+    [
+        ([3e38, -np.inf, 3e38, -np.inf], 0.0),  # one path, past float32's largest
+        ([3e38, 3e38, 3e38, -np.inf], math.log(2)),  # two, mixed before the overflow
+        ([3e38, 0.0, 3e38, -np.inf], 0.0),  # one overflows, one is 3e38 below
+    ],
+)
+def test_entropy_where_a_float32_path_score_overflows(weights, expected):
+    # The scan gave NaN (its log-mass is +inf, as for a +inf weight); the
+    # kernel, in double, gave the entropy.
+    fsa = OVERFLOWING.replace(weight=jnp.array(weights, jnp.float32))
+
+    def value_and_grads(fsa):
+        def entropy(w, f):
+            return sj.entropy(fsa.replace(weight=w, final_weight=f))
+
+        return jax.value_and_grad(entropy, argnums=(0, 1))(fsa.weight, fsa.final_weight)
+
+    for value, (arc_grad, final_grad) in both_paths(value_and_grads, fsa):
+        np.testing.assert_allclose(value, expected, rtol=1e-6)
+        np.testing.assert_array_equal(arc_grad, np.zeros(4))
+        np.testing.assert_array_equal(final_grad, np.zeros(3))
+
+
+def test_entropy_on_the_scan_is_nan_where_overflowed_masses_meet_or_a_weight_is_inf():
+    # Two overflowed masses have shares float32 cannot tell: NaN, never a
+    # guess; a +inf weight's infinite mass stays NaN too.
+    both_overflow = OVERFLOWING.replace(weight=jnp.full(4, 3e38, jnp.float32))
+    infinite = jax.jit(lambda w: sj.entropy(OVERFLOWING.replace(weight=w)))
+    with scan_only():
+        assert np.isnan(sj.entropy(both_overflow))
+        assert np.isnan(infinite(jnp.array([np.inf, 0.0, 0.0, 0.0], jnp.float32)))
+    if loader.enabled():  # the kernel, in double, has no overflow
+        np.testing.assert_allclose(sj.entropy(both_overflow), math.log(4), rtol=1e-6)
 
 
 @pytest.mark.parametrize("path", ["kernels", "scan"])

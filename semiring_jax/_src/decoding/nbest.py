@@ -44,8 +44,10 @@ def nbest(fsa: Fsa, n: int, *, unique: bool = False) -> Fsa:
     (of its batch entry) is lexicographically smaller comes first, and a
     path that stops in a state comes before those that go on from it; with
     `unique=True` each string's path is the first of its paths in that
-    order. The order is decided in float64 on the host; the results'
-    `tot_score` is summed in the Fsa's dtype.
+    order. The order is decided in float64 on the host (by compiled C on
+    a CPU backend where the CPU kernels are built, by numpy elsewhere, a
+    GPU or TPU host included: the same paths); the results' `tot_score` is
+    summed in the Fsa's dtype.
 
     Each path is a linear Fsa of N states and N - 1 arc slots (N: `fsa`'s
     schedule steps, as `best_path`), its arcs first, the other slots

@@ -1,10 +1,11 @@
 """`intersect_dense_pruned`: a beam search, then the lattice it leaves.
 
-Where the CPU kernels are built, each utterance is one task (a thread per
-core): `kernels/beam_search.cc` searches it by token passing and returns
+On a CPU backend where the CPU kernels are built, each utterance is one
+task (a thread per core): `kernels/beam_search.cc` searches it by token passing and returns
 the states kept after each frame (`ActiveRows`), and
 `kernels/pruned_lattice.cc` keeps the arcs between them within the output
-beam. Elsewhere, and for an utterance whose search met a NaN or +inf, the
+beam. Elsewhere (a GPU or TPU host builds nothing), and for an utterance
+whose search met a NaN or +inf, the
 search is traced (`decoding/beam_search.py`: static shapes, K state slots
 per frame) and its padded rows go to the same lattice builder, or to
 numpy's (`decoding/host/pruned_lattice.py`). The lattice's weights are
@@ -87,10 +88,12 @@ def intersect_dense_pruned(
 
     The search runs compiled, with static shapes: K = min(max_active, S)
     slots per frame, at most E arcs expanded per frame (E: the sum of the K
-    largest out-degrees), O(E log E) work per frame. On a single CPU device
-    a compiled kernel makes the same choices by token passing, in
-    O(active arcs + R log K) per frame (R: the states reached), and the
-    lattice is built by compiled code too, a thread per core. Ties between
+    largest out-degrees), O(E log E) work per frame. On a CPU backend
+    (where the CPU kernels are built) compiled host code makes the same
+    choices by token passing, in O(active arcs + R log K) per frame (R: the
+    states reached), and builds the lattice too, a thread per core; on a
+    GPU or TPU host nothing is compiled (the traced search runs there, and
+    numpy builds the lattice). Ties between
     states at the max_active cut go to the state reached first (by the
     slot order of its best arc's source, then the arc's order), as
     `jax.lax.top_k` breaks them. Memory: the graph and the lattice, and

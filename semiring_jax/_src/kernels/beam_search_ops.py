@@ -46,8 +46,8 @@ class SearchTables(NamedTuple):
 
 
 def usable(dtype: npt.DTypeLike) -> bool:
-    """Whether the compiled function is built (building it on first call)
-    and serves emissions of `dtype` (float32 or float64)."""
+    """Whether the compiled function serves emissions of `dtype` (float32
+    or float64): on a CPU backend, built (building it on first call)."""
     return np.dtype(dtype) in (np.float32, np.float64) and (
         loader.host_function("SjBeamSearch") is not None
     )

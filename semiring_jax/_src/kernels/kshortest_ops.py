@@ -3,8 +3,8 @@
 `kernels/kshortest.cc` runs the best-first search of
 `decoding/host/kshortest.py` (the same paths in the same order, ties
 included) on the moves that module sorts: plain C called through ctypes on
-numpy arrays, outside any XLA program, so it serves any backend once the
-library is built.
+numpy arrays, outside any XLA program; it serves a CPU backend (on a GPU
+or TPU host the library is not built, and the numpy search serves).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ __all__ = ["k_shortest", "usable"]
 
 
 def usable() -> bool:
-    """Whether the compiled function is built (building it on first call)."""
+    """Whether the compiled function serves: on a CPU backend, built
+    (building it on first call)."""
     return loader.host_function("SjKShortest") is not None
 
 

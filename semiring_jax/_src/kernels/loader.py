@@ -15,11 +15,15 @@ compiled once per machine, jaxlib version and source text with the C++
 compiler (`$CXX`, else `c++`), for the building CPU (`-march=native`, and
 without it if the compiler refuses), against the FFI headers that ship with
 the installed jaxlib, so the handlers always match the runtime they are
-loaded into. The library is cached under `$SEMIRING_JAX_CACHE_DIR`, else
+loaded into. The file's key holds all of these, the CPU's flags, and the
+compiler's version (its `--version` line) and the C library's: machines
+that share a cache folder build and keep their own libraries. The library
+is cached under `$SEMIRING_JAX_CACHE_DIR`, else
 `$XDG_CACHE_HOME/semiring_jax` or `~/.cache/semiring_jax`, or where that
 cannot be written, `semiring_jax-<uid>` in the temporary directory; a
-compile takes about 30 s on 2 cores, and is given `$SEMIRING_JAX_BUILD_TIMEOUT` seconds
-(90 by default) in all before the compiler is killed.
+compile takes about 30 s on 2 cores, and is given
+`$SEMIRING_JAX_BUILD_TIMEOUT` seconds (90 by default) in all before the
+compiler (run by `build.py`) is killed.
 
 Loading a file runs its code, so a cache folder is used (read or built
 into) only if it is ours and no one else can write it: then no one else can
@@ -29,20 +33,29 @@ group-writable by a umask of 002) is skipped, never repaired (`chmod 700` it
 to use it again). The file name holds the sha256 of the library's bytes
 (`scores-<key>-<sha256>.so`, renamed into place whole), and a file is loaded
 only if it is ours, writable by us alone, and matches it: a truncated copy
-is rebuilt. A build writes `tmp-semiring_jax-*.so` beside the target; on a
+is rebuilt. A sound file that does not load is skipped, never deleted (in
+a shared cache it is another machine's); one this process has just built
+is removed unless the same bytes were there before it, and counts as a
+failed build. A build writes `tmp-semiring_jax-*.so` beside the target; on a
 timeout, KeyboardInterrupt or SIGTERM it kills the compiler and removes the
 file, and the next build removes such files over an hour old (a SIGKILL's).
 
 The first build logs one line (WARNING, logger `semiring_jax`) as it starts;
 `logging.getLogger("semiring_jax").setLevel(logging.ERROR)` hides it. A
-failed compile's full output goes to that logger at DEBUG level.
+failed compile's full output goes to that logger at DEBUG level. A build
+that fails or times out leaves `<key>.failed` (its reason) in the cache
+folder, and for an hour no process builds that key again (each would pay
+the same failure): they warn that the failure is remembered and use the
+scan. `SEMIRING_JAX_BUILD_RETRY=1`, or deleting the marker, retries sooner.
 
-They serve a single CPU device. Where no compiler is found, or the build
-fails, `enabled()` is False (with one `RuntimeWarning` saying why) and every
-op uses the portable `lax.scan` recursions, which give the same results; so
-do other backends and runs with several devices. Set
-`SEMIRING_JAX_CPU_KERNELS=0` to use the scan always (and silence the
-warning).
+The FFI kernels serve a single CPU device, the host functions (the
+searches of `nbest` and `intersect_dense_pruned`) a CPU backend: on a GPU
+or TPU host nothing is built. Where no compiler is found, or the build
+fails, `enabled()` is False (with one `RuntimeWarning` saying why, naming
+the user's line that led to the build) and every op uses the portable
+`lax.scan` recursions, which give the same results; so do other backends
+and runs with several devices. Set `SEMIRING_JAX_CPU_KERNELS=0` to use the
+scan always (and silence the warning).
 """
 
 from __future__ import annotations
@@ -54,22 +67,20 @@ import hashlib
 import logging
 import os
 import platform
-import re
-import shutil
-import signal
 import stat
 import subprocess
+import sys
 import tempfile
-import threading
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 import numpy.typing as npt
+
+from semiring_jax._src.kernels import build
 
 __all__ = ["HOST_FUNCTIONS", "TARGETS", "enabled", "host_function", "serves", "target"]
 
@@ -142,26 +153,22 @@ _FLAGS = (
 _NATIVE = "-march=native"
 
 
-# Well under a minute: a hung compiler (a stuck NFS mount, a licence
-# server) should cost the first call a pause, not hang a job.
-_TIMEOUT_S = 90.0
 _PARTIAL = "tmp-semiring_jax-"
 # A partial file this old is no live build's (builds are killed at their
 # timeout), so one left by a SIGKILLed process can go.
 _STALE_S = 3600.0
 _SILENCE = "Set SEMIRING_JAX_CPU_KERNELS=0 to silence this."
-
-
-class _CompileError(OSError):
-    """The compiler ran and failed (another cache folder would not help)."""
+# A build that failed (timed out, or the compiler's error) is remembered
+# this long per library key, so that each new process does not pay for the
+# same failure again; SEMIRING_JAX_BUILD_RETRY=1 or deleting the marker
+# retries at once.
+_FAILED = ".failed"
+_FAILED_TTL_S = 3600.0
+_RETRY = "SEMIRING_JAX_BUILD_RETRY"
 
 
 class _Unsafe(PermissionError):
     """A cache folder or file that someone else owns or could write."""
-
-
-class _Terminated(BaseException):
-    """SIGTERM arrived during a build (raised so that its cleanup runs)."""
 
 
 def _cache_dirs() -> list[Path]:
@@ -177,14 +184,6 @@ def _cache_dirs() -> list[Path]:
     return [Path(base) / "semiring_jax", fallback]
 
 
-def _compiler() -> str:
-    name = os.environ.get("CXX", "c++")
-    path = shutil.which(name)
-    if path is None:
-        raise OSError(f"no C++ compiler found (tried {name!r}; set $CXX)")
-    return path
-
-
 def _cpu_signature() -> bytes:
     """What the CPU supports, so that a cache shared between machines never
     hands a library built for one CPU to another."""
@@ -198,9 +197,20 @@ def _cpu_signature() -> bytes:
     return platform.processor().encode()
 
 
+def _libc_version() -> str:
+    """The C library's name and version ("glibc 2.36"): a library linked
+    against a newer one does not load on an older system."""
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        version = os.confstr("CS_GNU_LIBC_VERSION")
+        if version:
+            return version
+    return " ".join(platform.libc_ver())
+
+
 def _library_key(compiler: str) -> str:
     """The file name's stem for the library built from this source, compiler
-    and jaxlib (its digest follows: `<key>-<sha256>.so`)."""
+    (its path and version), C library, jaxlib and CPU (its digest follows:
+    `<key>-<sha256>.so`)."""
     import jaxlib
 
     key = hashlib.sha256()
@@ -208,6 +218,8 @@ def _library_key(compiler: str) -> str:
         *(path.read_bytes() for path in (*_SOURCES, *_HEADERS)),
         jaxlib.__version__.encode(),
         compiler.encode(),
+        build.compiler_version(compiler).encode(),
+        _libc_version().encode(),
         " ".join((*_FLAGS, _NATIVE)).encode(),
         platform.machine().encode(),
         _cpu_signature(),
@@ -215,20 +227,6 @@ def _library_key(compiler: str) -> str:
         key.update(part)
         key.update(b"\0")
     return f"scores-{key.hexdigest()[:16]}"
-
-
-def _timeout() -> float:
-    """The seconds a build may take in all, from $SEMIRING_JAX_BUILD_TIMEOUT."""
-    value = os.environ.get("SEMIRING_JAX_BUILD_TIMEOUT", "")
-    if not value:
-        return _TIMEOUT_S
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = float("nan")
-    if not seconds > 0:
-        raise _CompileError(f"SEMIRING_JAX_BUILD_TIMEOUT={value!r} is not a positive number")
-    return seconds
 
 
 def _check_private(path: Path, info: os.stat_result) -> None:
@@ -279,7 +277,9 @@ def _open_library(path: Path, digest: str) -> ctypes.CDLL | None:
 
     Loaded by its path once checked: in a folder that only we can write, no
     one else can swap the file meanwhile, and our concurrent builds only
-    rename the same bytes over it (its name is their digest).
+    rename the same bytes over it (its name is their digest). A sound file
+    that does not load here is left alone: in a cache shared between
+    machines it may be another's, which loads there.
     """
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
@@ -300,10 +300,8 @@ def _open_library(path: Path, digest: str) -> ctypes.CDLL | None:
                 return None
         try:
             return ctypes.CDLL(str(path))
-        except OSError as error:  # sound bytes that no longer load here: rebuild
-            _LOG.debug("semiring_jax: %s does not load (%s); removing it", path, error)
-            with contextlib.suppress(OSError):
-                path.unlink()
+        except OSError as error:  # sound bytes that do not load here: build our own
+            _LOG.debug("semiring_jax: %s does not load here (%s); skipping it", path, error)
             return None
     finally:
         os.close(fd)
@@ -323,83 +321,9 @@ def _cached(folder: Path, key: str) -> ctypes.CDLL | None:
     return None
 
 
-def _first_error(output: str) -> str:
-    """The compiler's first error line, paths cut to their file names, and
-    cut to 120 characters: enough to report, short enough for a warning."""
-    lines = [line for line in output.splitlines() if line.strip()] or ["no output"]
-    line = next((line for line in lines if "error" in line), lines[-1])
-    line = re.sub(r"(?:[^\s:'\"]*/)+([^\s/:'\"]+)", r"\1", line.strip())
-    return line if len(line) <= 120 else line[:117] + "..."
-
-
-def _run(command: list[str], timeout: float) -> tuple[int, str]:
-    """Runs `command` in a process group of its own, which is killed whole
-    (the driver, cc1plus, as, ld) if it times out or we are interrupted:
-    killing the driver alone would leave the others writing on."""
-    deadline = time.monotonic() + timeout
-    with _signals_held() as held:
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            encoding="utf-8",
-            errors="replace",
-            start_new_session=True,
-        )
-    try:
-        for signum in held:
-            signal.raise_signal(signum)
-        output = _output(process, deadline)
-    except BaseException:
-        if hasattr(os, "killpg"):
-            with contextlib.suppress(OSError):
-                os.killpg(process.pid, signal.SIGKILL)
-        process.kill()
-        process.communicate()  # reaps it; the pipes close once the group is gone
-        raise
-    return process.returncode, output
-
-
-def _output(process: subprocess.Popen, deadline: float) -> str:
-    """What `process` writes until it exits; subprocess.TimeoutExpired at
-    `deadline`. Waits in short slices: a signal's Python handler runs in the
-    main thread only, and where the system gave the signal to another
-    thread a single long wait would not notice it until it ended."""
-    while True:
-        try:
-            output, _ = process.communicate(
-                timeout=max(min(deadline - time.monotonic(), 0.2), 0.01)
-            )
-            return output
-        except subprocess.TimeoutExpired:
-            if time.monotonic() >= deadline:
-                raise
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[list[int]]:
-    """Holds SIGINT and SIGTERM for the block and yields those that came,
-    for the caller to raise again where it can clean up: one arriving inside
-    Popen, after the compiler has started but before `_run` can kill it,
-    would leave the compiler running. Only in the main thread (handlers are
-    set there) and over handlers set from Python (others cannot be put back)."""
-    held: list[int] = []
-    previous: dict[int, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        for wanted in (signal.SIGINT, signal.SIGTERM):
-            if signal.getsignal(wanted) is not None:
-                previous[wanted] = signal.signal(wanted, lambda signum, frame: held.append(signum))
-    try:
-        yield held
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
 def _compile(compiler: str, output: str, budget: float) -> None:
     """Builds the library into `output` within `budget` seconds, or raises
-    _CompileError with the compiler's first error or its timeout."""
+    build.CompileError with the compiler's first error or its timeout."""
     deadline = time.monotonic() + budget
     command = [
         compiler,
@@ -414,39 +338,13 @@ def _compile(compiler: str, output: str, budget: float) -> None:
     # Perhaps the compiler refuses -march=native: once more without.
     for attempt in (command, [part for part in command if part != _NATIVE]):
         try:
-            code, messages = _run(attempt, deadline - time.monotonic())
+            code, messages = build.run(attempt, deadline - time.monotonic())
         except subprocess.TimeoutExpired:
-            raise _CompileError(f"the C++ compiler timed out after {budget:g} s") from None
+            raise build.CompileError(f"the C++ compiler timed out after {budget:g} s") from None
         if code == 0:
             return
     _LOG.debug("semiring_jax: %s failed:\n%s", " ".join(attempt), messages)
-    raise _CompileError(f"the C++ compiler failed: {_first_error(messages)}")
-
-
-@contextlib.contextmanager
-def _sigterm_unwinds() -> Iterator[None]:
-    """Makes a SIGTERM raise, so that the build's cleanup runs, and then
-    ends the process by SIGTERM as it would have. Only in the main thread
-    and over the default action: another handler is the application's."""
-    if (
-        threading.current_thread() is not threading.main_thread()
-        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
-    ):
-        yield
-        return
-
-    def terminate(signum: int, frame: object) -> None:
-        raise _Terminated
-
-    signal.signal(signal.SIGTERM, terminate)
-    try:
-        yield
-    except _Terminated:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise build.CompileError(f"the C++ compiler failed: {build.first_error(messages)}")
 
 
 @functools.cache
@@ -465,7 +363,7 @@ def _build(compiler: str, folder: Path, key: str, budget: float) -> ctypes.CDLL:
             if stale.lstat().st_mtime < cutoff:
                 stale.unlink()
     _announce()
-    with _sigterm_unwinds():
+    with build.sigterm_unwinds():
         # Built beside the target and renamed into place whole, under a
         # name that carries its digest: a reader sees the complete file or
         # none, and can check it.
@@ -476,14 +374,59 @@ def _build(compiler: str, folder: Path, key: str, budget: float) -> ctypes.CDLL:
             os.chmod(partial, 0o700)  # the linker's mode follows the umask
             digest = hashlib.sha256(Path(partial).read_bytes()).hexdigest()
             target = folder / f"{key}-{digest}.so"
+            existed = target.exists()  # the same bytes, perhaps another machine's
             os.replace(partial, target)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(partial)
     library = _open_library(target, digest)
-    if library is None:
-        raise OSError(f"{target} changed as it was built")
+    if library is None:  # a failed build, remembered as one
+        if not existed:  # ours alone: not another machine's to keep
+            with contextlib.suppress(OSError):
+                target.unlink()
+        raise build.CompileError(f"the library just built does not load ({target.name})")
     return library
+
+
+def _failure_marker(folder: Path, key: str) -> Path:
+    return folder / f"{key}{_FAILED}"
+
+
+def _check_failed(folder: Path, key: str) -> None:
+    """Raises build.CompileError if a build of `key` into `folder` failed
+    within the last hour (its marker says why), unless
+    $SEMIRING_JAX_BUILD_RETRY=1."""
+    if os.environ.get(_RETRY, "") == "1":
+        return
+    marker = _failure_marker(folder, key)
+    try:
+        _check_folder(folder)
+        fd = os.open(marker, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return
+    with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as file:
+        age = time.time() - os.fstat(file.fileno()).st_mtime
+        reason = file.read(500).strip() or "no reason recorded"
+    if not 0 <= age < _FAILED_TTL_S:
+        return
+    raise build.CompileError(
+        f"{reason}; that failure, {age / 60:.0f} min ago, is remembered for "
+        f"{_FAILED_TTL_S / 3600:g} h: set {_RETRY}=1 or delete {marker} to retry sooner"
+    )
+
+
+def _remember_failure(folder: Path, key: str, reason: str) -> bool:
+    """Leaves the marker that `_check_failed` reads; whether it could."""
+    try:
+        _check_folder(folder)
+        handle, partial = tempfile.mkstemp(prefix=_PARTIAL, suffix=_FAILED, dir=folder)
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(reason + "\n")
+        os.replace(partial, _failure_marker(folder, key))
+    except OSError as error:
+        _LOG.debug("semiring_jax: could not remember the failed build: %s", error)
+        return False
+    return True
 
 
 def _find_or_build(compiler: str) -> ctypes.CDLL:
@@ -495,18 +438,48 @@ def _find_or_build(compiler: str) -> ctypes.CDLL:
         library = _cached(folder, key)
         if library is not None:
             return library
-    budget = _timeout()
+    budget = build.build_timeout()
+    for folder in folders:
+        _check_failed(folder, key)
     for i, folder in enumerate(folders):
         try:
-            return _build(compiler, folder, key, budget)
-        except _CompileError:
-            raise
+            library = _build(compiler, folder, key, budget)
+        except build.CompileError as error:
+            if not _remember_failure(folder, key, str(error)):
+                raise
+            raise build.CompileError(
+                f"{error}; not retried for {_FAILED_TTL_S / 3600:g} h ({_RETRY}=1 retries)"
+            ) from None
         except OSError as error:  # this folder cannot take it: try the next one
             if i == len(folders) - 1:
                 raise
             if isinstance(error, _Unsafe):
                 _LOG.warning("semiring_jax: skipped a kernel cache folder: %s", error)
+            continue
+        with contextlib.suppress(OSError):  # a retry that worked
+            _failure_marker(folder, key).unlink()
+        return library
     raise AssertionError("unreachable")
+
+
+def _library_folders() -> tuple[str, ...]:
+    """The folders of semiring_jax, jax and jaxlib: code that runs on the
+    way from a user's call to the build, which a warning skips."""
+    import jaxlib
+
+    packages = (Path(__file__).parents[2], Path(jax.__file__).parent, Path(jaxlib.__file__).parent)
+    return tuple(os.path.join(str(folder), "") for folder in packages)
+
+
+def _caller_stacklevel() -> int:
+    """The `stacklevel` that makes a warning issued by this function's
+    caller name the first frame outside semiring_jax, jax and jaxlib: the
+    user's line that led here (directly, or by tracing through jax.jit)."""
+    skipped = _library_folders()
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(skipped):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 @functools.cache
@@ -515,7 +488,7 @@ def _library() -> ctypes.CDLL | None:
     if os.environ.get("SEMIRING_JAX_CPU_KERNELS", "1") == "0":
         return None
     try:
-        library = _find_or_build(_compiler())
+        library = _find_or_build(build.find_compiler())
         for name, symbol in TARGETS.items():
             capsule = jax.ffi.pycapsule(getattr(library, symbol))
             jax.ffi.register_ffi_target(name, capsule, platform="cpu")
@@ -526,7 +499,7 @@ def _library() -> ctypes.CDLL | None:
             f"semiring_jax: CPU kernels off ({error}); using the portable scan (same "
             f"results, slower). {_SILENCE}",
             RuntimeWarning,
-            stacklevel=4,
+            stacklevel=_caller_stacklevel(),
         )
         return None
     return library
@@ -538,8 +511,18 @@ def _load() -> bool:
 
 def host_function(symbol: str) -> Any:
     """The library's plain C function `symbol` (one of `HOST_FUNCTIONS`),
-    called on numpy arrays outside any XLA program (so on any backend);
-    None when the kernels are off or unbuilt."""
+    called on numpy arrays outside any XLA program; None when the kernels
+    are off or unbuilt, or when the default backend is not the CPU.
+
+    Like the FFI kernels, they serve a CPU backend only (of any number of
+    devices: they run outside XLA): on a GPU or TPU host the library is not
+    built (a C++ build of up to a minute, or a warning about a missing
+    compiler, is no part of what a JAX user there expects), and its callers
+    run their portable routes (`nbest` its numpy search,
+    `intersect_dense_pruned` the traced search and numpy's lattice).
+    """
+    if jax.default_backend() != "cpu":
+        return None
     library = _library()
     return None if library is None else getattr(library, symbol)
 

@@ -43,7 +43,8 @@ class LatticeGraph(NamedTuple):
 
 
 def usable() -> bool:
-    """Whether the compiled function is built (building it on first call)."""
+    """Whether the compiled function serves: on a CPU backend, built
+    (building it on first call)."""
     return loader.host_function("SjPrunedLattice") is not None
 
 

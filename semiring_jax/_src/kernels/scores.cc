@@ -146,6 +146,7 @@ template <typename T>
 struct LogState {
   double* alpha;  // [S]
   double* norm;   // [S], 1 / each state's sum of terms
+  double* shift;  // [S], what its terms were shifted by: alpha = shift + log(1 / norm)
   T* local;       // [A] in pull order: exp(term - shift)
   double* term;   // [A] in pull order: alpha[src] + weight
   double* best;   // [W], each position's best term in the current level
@@ -153,7 +154,7 @@ struct LogState {
 
 template <typename T>
 size_t LogStateBytes(const Sizes& z) {
-  return 2 * Workspace::Bytes<double>(z.num_states) + Workspace::Bytes<T>(z.num_arcs) +
+  return 3 * Workspace::Bytes<double>(z.num_states) + Workspace::Bytes<T>(z.num_arcs) +
          Workspace::Bytes<double>(z.num_arcs) + Workspace::Bytes<double>(z.width);
 }
 
@@ -162,6 +163,7 @@ LogState<T> TakeLogState(const Sizes& z, Workspace* space) {
   LogState<T> st;
   st.alpha = space->Take<double>(z.num_states);
   st.norm = space->Take<double>(z.num_states);
+  st.shift = space->Take<double>(z.num_states);
   st.local = space->Take<T>(z.num_arcs);
   st.term = space->Take<double>(z.num_arcs);
   st.best = space->Take<double>(z.width);
@@ -198,6 +200,7 @@ double LogForwardOne(const Sizes& z, const Entry<T>& e, const LogState<T>& st) {
   for (int64_t s = 0; s < S; ++s) {
     st.alpha[s] = s == 0 ? 0.0 : kNegInf<double>;
     st.norm[s] = 0.0;
+    st.shift[s] = 0.0;
   }
   bool nan = false;
   for (int64_t level = 0; level < z.levels; ++level) {
@@ -243,6 +246,7 @@ double LogForwardOne(const Sizes& z, const Entry<T>& e, const LogState<T>& st) {
       double sum = s == 0 ? static_cast<double>(ExpOf(static_cast<T>(st.alpha[s] - shift))) : 0.0;
       for (int64_t j = begin; j < end; ++j) sum += static_cast<double>(st.local[j]);
       st.norm[s] = 1.0 / sum;
+      st.shift[s] = shift;
       st.alpha[s] = shift + std::log(sum);
     }
   }
@@ -849,17 +853,24 @@ ffi::Error KBest(ffi::ThreadPool pool, Floats<D> weight, Floats<D> final_weight,
 // -- ENTROPY: the entropy of the LOG path distribution and its gradient -------
 //
 // After LogForwardOne (alpha, and each term's share pi_j = local[j] *
-// norm[s] of its state's mass), a second forward pass carries A[s], the
-// expected prefix score into s, and h[s], the entropy of the prefixes into
-// s, by the mixture rule (no large number is subtracted from another):
-//   A[s] = Σ pi_j (A[src] + w_j),   h[s] = Σ pi_j (h[src] + alpha[s] - t_j),
-// the start's empty prefix a term of score 0. With the shares of the
-// states' ends, E = E[score] and H = Σ pi_s (h[s] + Z - end_s). The
-// backward pass forms the posteriors gamma as LogBackwardOne does and
-// C[s] = Σ over the paths through s of p(path) · (their score from s on):
-//   dH/dw_a = -gamma_a (A[src] + w_a + C[dst] / gamma[dst] - E)
-//   dH/df_s = -gamma_s^final (A[s] + f_s - E),
-// the covariance of the arc's use with the path score, in double.
+// norm[s] of its state's mass), a second forward pass carries h[s], the
+// entropy of the prefixes into s, by the mixture rule
+//   h[s] = Σ pi_j (h[src] - log pi_j),   -log pi_j = (shift[s] - t_j) + log sum[s],
+// the start's empty prefix a term of score 0. The surprise -log pi_j is
+// formed relative to the state's shift (the largest term, or its level's),
+// never as alpha[s] - t_j: alpha holds shift + log sum rounded to the
+// scores' grid (at scores of 1e15 a double's spacing is 0.125, at 1e17
+// 16), which would lose the O(1) part that is the entropy. The states'
+// ends mix likewise, relative to the largest end: H = Σ share_s (h[s] -
+// log share_s). The gradient, the covariance of an arc's use with the path
+// score, is -gamma_a (A[src] + w_a + C[dst] - E) with A, C the expected
+// prefix and suffix scores and E = E[score]; as those are score-sized, it
+// is restated with A = alpha - h, C = beta - hb and E = Z - H as
+//   dH/dw_a = -gamma_a (log gamma_a - h[src] - hb[dst] + H)
+//   dH/df_s = -share_s (log share_s - h[s] + H),
+// where hb[s], the entropy of the suffixes from s, comes from the backward
+// pass by the same mixture rule over the posteriors leaving s (and s's
+// own end), so that nothing score-sized is subtracted, in double.
 // No path: H = 0 and gradients 0; NaN in, or a +inf mass: NaN.
 
 template <typename T>
@@ -872,11 +883,11 @@ void EntropyOne(const Sizes& z, const Entry<T>& e, Workspace* space, T* value, T
                 T* final_grad) {
   const int64_t S = z.num_states, A = z.num_arcs, P = z.levels * z.width;
   const LogState<T> st = TakeLogState<T>(z, space);
-  double* expected = space->Take<double>(S);  // A[s]
   double* entropy = space->Take<double>(S);   // h[s]
   double* share = space->Take<double>(S);     // each end's share of the total
+  double* surprise = space->Take<double>(S);  // -log share[s], where share[s] > 0
   double* gamma = space->Take<double>(S);
-  double* suffix = space->Take<double>(S);  // C[s]
+  double* suffix = space->Take<double>(S);  // Σ over what leaves s: posterior (hb - log posterior)
   const double total = LogForwardOne<T>(z, e, st);
   if (total != total || total == kPosInf<double>) {
     *value = kNaN<T>;
@@ -890,7 +901,6 @@ void EntropyOne(const Sizes& z, const Entry<T>& e, Workspace* space, T* value, T
     *value = T(0);
     return;
   }
-  std::fill(expected, expected + S, 0.0);
   std::fill(entropy, entropy + S, 0.0);
   for (int64_t p = 0; p < P; ++p) {
     const int64_t begin = PullBegin(e.pull_end, p), end = e.pull_end[p];
@@ -898,33 +908,38 @@ void EntropyOne(const Sizes& z, const Entry<T>& e, Workspace* space, T* value, T
     const int32_t s = e.pos_state[p];
     const double alpha = st.alpha[s];
     if (!(alpha > kNegInf<double>) || !(alpha < kPosInf<double>)) continue;
-    double a = 0, h = 0;
+    const double shift = st.shift[s], log_sum = -std::log(st.norm[s]);
+    double h = 0;
     for (int64_t j = begin; j < end; ++j) {
       const double pi = static_cast<double>(st.local[j]) * st.norm[s];
       if (!(pi > 0)) continue;
-      const int32_t src = e.pull_src[j];
-      a += pi * (expected[src] + static_cast<double>(e.weight[e.pull_arc[j]]));
-      h += pi * (entropy[src] + (alpha - st.term[j]));
+      h += pi * (entropy[e.pull_src[j]] + ((shift - st.term[j]) + log_sum));
     }
-    if (s == 0) h += std::exp(-alpha) * alpha;  // the empty prefix: score 0
-    expected[s] = a;
+    if (s == 0) h += std::exp(-shift) * st.norm[s] * (shift + log_sum);  // the empty prefix
     entropy[s] = h;
   }
-  double mean = 0, h = 0;
+  // The ends' shares, relative to the largest end (total = top + log Σ).
+  double top = kNegInf<double>;
+  for (int64_t s = 0; s < S; ++s) {
+    top = std::max(top, Times(st.alpha[s], static_cast<double>(e.final_weight[s])));
+  }
+  double sum = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    sum += std::exp(Times(st.alpha[s], static_cast<double>(e.final_weight[s])) - top);
+  }
+  const double log_sum = std::log(sum);
+  double h = 0;
   for (int64_t s = 0; s < S; ++s) {
     const double end = Times(st.alpha[s], static_cast<double>(e.final_weight[s]));
-    share[s] = end > kNegInf<double> ? std::exp(end - total) : 0.0;
-    if (share[s] > 0) {
-      mean += share[s] * (expected[s] + static_cast<double>(e.final_weight[s]));
-      h += share[s] * (entropy[s] + (total - end));
-    }
+    surprise[s] = end > kNegInf<double> ? (top - end) + log_sum : kPosInf<double>;
+    share[s] = std::exp(-surprise[s]);
+    if (share[s] > 0) h += share[s] * (entropy[s] + surprise[s]);
   }
   *value = static_cast<T>(std::max(h, 0.0));
   for (int64_t s = 0; s < S; ++s) {
     gamma[s] = share[s];
-    const double f = static_cast<double>(e.final_weight[s]);
-    suffix[s] = share[s] > 0 ? share[s] * f : 0.0;
-    if (share[s] > 0) final_grad[s] = static_cast<T>(-share[s] * (expected[s] + f - mean));
+    suffix[s] = share[s] > 0 ? share[s] * surprise[s] : 0.0;
+    if (share[s] > 0) final_grad[s] = static_cast<T>(-share[s] * (h - surprise[s] - entropy[s]));
   }
   for (int64_t p = P - 1; p >= 0; --p) {
     const int64_t begin = PullBegin(e.pull_end, p), end = e.pull_end[p];
@@ -932,15 +947,18 @@ void EntropyOne(const Sizes& z, const Entry<T>& e, Workspace* space, T* value, T
     const int32_t d = e.pos_state[p];
     if (!(gamma[d] > 0)) continue;
     const double g = gamma[d] * st.norm[d];
-    const double ahead = suffix[d] / gamma[d];  // E[score from d on | at d]
+    const double log_gamma = std::log(gamma[d]);
+    const double ahead = suffix[d] / gamma[d] + log_gamma;  // hb[d]
+    // log posterior_j = log gamma[d] + log pi_j, pi_j relative to the shift.
+    const double log_g = log_gamma + std::log(st.norm[d]);
     for (int64_t j = begin; j < end; ++j) {
       const double posterior = g * static_cast<double>(st.local[j]);
       if (!(posterior > 0)) continue;
       const int32_t a = e.pull_arc[j], src = e.pull_src[j];
-      const double w = static_cast<double>(e.weight[a]);
-      arc_grad[a] = static_cast<T>(-posterior * (expected[src] + w + ahead - mean));
+      const double log_posterior = (st.term[j] - st.shift[d]) + log_g;
+      arc_grad[a] = static_cast<T>(-posterior * (log_posterior - entropy[src] - ahead + h));
       gamma[src] += posterior;
-      suffix[src] += posterior * (w + ahead);
+      suffix[src] += posterior * (ahead - log_posterior);
     }
   }
 }

@@ -70,10 +70,21 @@ def _stacked(a: Any, b: Any) -> Any:
 
 def _entropy_sum(x: tuple[jax.Array, jax.Array], axis: int) -> tuple[jax.Array, jax.Array]:
     z, h = x
-    total, log_share, live = _shares(z, axis)
+    # A +inf z is a mass that overflowed the dtype (a +inf weight's record
+    # carries a NaN entropy, `_entropy_lift`): one such entry has the whole
+    # share, so the set's entropy is its own; two or more have unknown
+    # shares. The finite entries' shares are formed without them, so that
+    # no inf - inf reaches a gradient.
+    overflowed = z == jnp.inf
+    count = jnp.sum(overflowed, axis=axis)
+    total, log_share, live = _shares(jnp.where(overflowed, -jnp.inf, z), axis)
     share = jnp.where(live, jnp.exp(log_share), 0)
     mixed = jnp.sum(jnp.where(live, share * (h - log_share), 0), axis=axis)
-    return total, _nan_where(jnp.isnan(total) | jnp.any(jnp.isnan(h), axis=axis), mixed)
+    own = jnp.sum(jnp.where(overflowed, h, 0), axis=axis)
+    total = jnp.where(count > 0, jnp.asarray(jnp.inf, total.dtype), total)
+    mixed = jnp.where(count > 0, own, mixed)
+    bad = jnp.isnan(total) | jnp.any(jnp.isnan(h), axis=axis) | (count > 1)
+    return total, _nan_where(bad, mixed)
 
 
 def _entropy_plus(a: tuple[jax.Array, jax.Array], b: tuple[jax.Array, jax.Array]) -> Any:
@@ -86,6 +97,14 @@ def _entropy_times(a: tuple[jax.Array, jax.Array], b: tuple[jax.Array, jax.Array
     return z, _nan_where(jnp.isnan(z), h)
 
 
+def _entropy_lift(scores: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """A weight's record (w, 0); a +inf weight's entropy is NaN from the
+    start, so that an infinite mass stays apart from one that overflowed
+    (the sum of finite weights past the dtype's largest), whose entropy is
+    still known."""
+    return scores, _nan_where(scores == jnp.inf, jnp.zeros_like(scores))
+
+
 ENTROPY = Semiring(
     name="entropy",
     plus=_entropy_plus,
@@ -93,7 +112,7 @@ ENTROPY = Semiring(
     sum=_entropy_sum,
     zero=(-np.inf, 0.0),
     one=(0.0, 0.0),
-    lift=lambda scores: (scores, jnp.zeros_like(scores)),
+    lift=_entropy_lift,
 )
 """The entropy semiring: records (log-mass z, entropy h); see the module doc."""
 
@@ -142,11 +161,13 @@ def _settled(total: jax.Array, value: jax.Array) -> jax.Array:
 
 def _scan_entropy(diff: tuple[jax.Array, jax.Array], aux: tuple[Any, Any]) -> jax.Array:
     """The entropy [] by the level scan over the entropy semiring, from
-    LOG weights [A] and final weights [S] (-inf where not final)."""
+    LOG weights [A] and final weights [S] (-inf where not final). A +inf
+    total with a known entropy is a mass that overflowed, not a +inf
+    weight (whose entropy is NaN): the entropy stands."""
     (weight, final), (schedule, arc_mask) = diff, aux
     records = lifted(ENTROPY, weight, arc_mask), lifted(ENTROPY, final, final > -jnp.inf)
     total, h = scores.scan_total(ENTROPY, schedule, *records)
-    return _settled(total, h)
+    return _settled(jnp.where(total == jnp.inf, jnp.zeros_like(total), total), h)
 
 
 def _kernel_value_and_grad(diff: Any, aux: Any) -> tuple[jax.Array, Any]:
@@ -180,7 +201,11 @@ def entropy(fsa: Fsa) -> jax.Array:
     An Fsa with one path, or with none, has entropy 0.0 (never NaN), and
     so does a single path's set of parallel arcs with -inf weights but
     one. NaN where a weight or final weight that a path reads is NaN, or
-    where a +inf weight makes the mass infinite.
+    where a +inf weight makes the mass infinite. A path score past the
+    dtype's largest value is no +inf weight: the kernel sums in double,
+    and the scan still gives the entropy where at most one overflowed
+    mass meets others at each ⊕ (one such path: 0.0); where two meet,
+    their shares are lost to the dtype and the scan gives NaN.
 
     Args:
       fsa: an acyclic Fsa, single or batched [B].

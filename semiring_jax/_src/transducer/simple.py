@@ -24,6 +24,9 @@ from semiring_jax._src.dense.dense import check_float_array, check_lengths
 from semiring_jax._src.transducer import band as bands
 from semiring_jax._src.transducer import fused, grid
 
+# Every matmul whose result is logged states its precision (see `_normalisers`).
+_HIGHEST = jax.lax.Precision.HIGHEST
+
 __all__ = ["check_am_lm", "rnnt_loss_simple", "rnnt_loss_smoothed", "simple_moves"]
 
 
@@ -88,7 +91,9 @@ def _normalisers(am: jax.Array, lm: jax.Array) -> jax.Array:
     a matrix product of the exponentials shifted by each row's maximum
     (plus the dtype's tiny, so that an all-zero row logs to a finite value)."""
     (am_probs, am_max), (lm_probs, lm_max) = _shifted_exponentials(am), _shifted_exponentials(lm)
-    products = jnp.einsum("btv,buv->btu", am_probs, lm_probs)
+    # HIGHEST: the default is one bfloat16 pass on a TPU (TF32 on recent
+    # GPUs), ~1e-2 off in the gradient once the sum is logged.
+    products = jnp.einsum("btv,buv->btu", am_probs, lm_probs, precision=_HIGHEST)
     tiny = jnp.finfo(am.dtype).tiny
     return jnp.log(products + tiny) + am_max + jnp.moveaxis(lm_max, 1, 2)
 
@@ -181,7 +186,8 @@ def _smoothed_moves(
     lm_totals = jnp.sum(lm_probs, axis=2, keepdims=True)  # [B, U+1, 1]
     tiny = jnp.finfo(am.dtype).tiny
     unigram = jnp.mean(lm_probs / lm_totals, axis=(0, 1)) + tiny  # [V]
-    am_only_norm = jnp.log(am_probs @ unigram)[:, :, None] + am_max  # [B, T, 1]
+    am_only_sum = jnp.einsum("btv,v->bt", am_probs, unigram, precision=_HIGHEST)
+    am_only_norm = jnp.log(am_only_sum)[:, :, None] + am_max  # [B, T, 1]
     log_unigram = jnp.log(unigram)
     lm_only_norm = jnp.log(lm_totals) + lm_max  # [B, U+1, 1]
     label_am, label_lm = _label_terms(am, lm, labels)

@@ -1,0 +1,115 @@
+"""The transducer losses' numerics on both routes (the CPU kernel and the
+portable scans): matmul precision, offsets and magnitudes, NaN, empty
+batches and non-finite hyper-parameters; float64 is the oracle."""
+
+import jax
+import jax.extend as jex
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import semiring_jax as sj
+from tests.paths import both_paths
+
+
+def _inputs(rng, batch=2, num_frames=5, num_labels=3, vocab=6):
+    labels = rng.integers(1, vocab, (batch, num_labels))
+    frame_lengths = np.array([num_frames, num_frames - 2][:batch])
+    label_lengths = np.array([num_labels, num_labels - 1][:batch])
+    return frame_lengths, labels, label_lengths
+
+
+def _full_ranges(batch, num_frames, width):
+    return np.broadcast_to(np.arange(width), (batch, num_frames, width)).copy()
+
+
+# Matmul precision: a TPU's default is one bfloat16 pass, Ampere's and
+# Hopper's TF32. Every dot in a loss or recursion asks for HIGHEST.
+
+
+def _dot_precisions(jaxpr):
+    """The precision of every dot_general in a jaxpr and its sub-jaxprs."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            found.append(eqn.params["precision"])
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (tuple, list)) else (param,):
+                if isinstance(sub, jex.core.ClosedJaxpr):
+                    found += _dot_precisions(sub.jaxpr)
+                elif isinstance(sub, jex.core.Jaxpr):
+                    found += _dot_precisions(sub)
+    return found
+
+
+def _is_highest(precision):
+    highest = jax.lax.Precision.HIGHEST
+    return precision is not None and all(p == highest for p in precision)
+
+
+def _with_bf16_dots(fn):
+    """fn evaluated with the operands of every dot_general that does not ask
+    for HIGHEST rounded to bfloat16: what a TPU's default precision does
+    (and, to about 10 bits, TF32 on a GPU)."""
+
+    def evaluate(jaxpr, consts, args):
+        env = {}
+        read = lambda v: v.val if isinstance(v, jex.core.Literal) else env[v]
+        env.update(zip(jaxpr.constvars, consts))
+        env.update(zip(jaxpr.invars, args))
+        for eqn in jaxpr.eqns:
+            values = [read(v) for v in eqn.invars]
+            if eqn.primitive.name in ("pjit", "jit", "closed_call"):
+                inner = eqn.params["jaxpr"]
+                out = evaluate(inner.jaxpr, inner.consts, values)
+            else:
+                if eqn.primitive.name == "dot_general" and not _is_highest(
+                    eqn.params["precision"]
+                ):
+                    values = [x.astype(jnp.bfloat16).astype(x.dtype) for x in values]
+                out = eqn.primitive.bind(*values, **eqn.primitive.get_bind_params(eqn.params))
+                out = out if eqn.primitive.multiple_results else [out]
+            env.update(zip(eqn.outvars, out))
+        return [read(v) for v in jaxpr.outvars]
+
+    def run(*args):
+        closed = jax.make_jaxpr(fn)(*args)
+        result = evaluate(closed.jaxpr, closed.consts, jax.tree_util.tree_leaves(args))
+        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(fn(*args)), result)
+
+    return run
+
+
+def test_every_dot_in_the_losses_asks_for_highest_precision():
+    rng = np.random.default_rng(0)
+    lengths = _inputs(rng)
+    am, lm = rng.normal(size=(2, 5, 6)), rng.normal(size=(2, 4, 6))
+    logits = rng.normal(size=(2, 5, 4, 6))
+    losses = {
+        "simple": lambda a, b: sj.rnnt_loss_simple(a, b, *lengths).sum(),
+        "smoothed": lambda a, b: sj.rnnt_loss_smoothed(a, b, *lengths, am_only_scale=0.1).sum(),
+        "ranges": lambda a, b: sj.rnnt_prune_ranges(a, b, *lengths, 2).sum().astype(a.dtype),
+    }
+    for name, loss in losses.items():
+        jaxpr = jax.make_jaxpr(jax.value_and_grad(loss, argnums=(0, 1)))(am, lm).jaxpr
+        precisions = _dot_precisions(jaxpr)
+        assert all(_is_highest(p) for p in precisions), (name, precisions)
+    full = jax.make_jaxpr(jax.grad(lambda x: sj.rnnt_loss(x, *lengths).sum()))(logits).jaxpr
+    assert all(_is_highest(p) for p in _dot_precisions(full))
+
+
+def test_simple_loss_gradient_and_ranges_survive_bfloat16_default_matmuls():
+    rng = np.random.default_rng(1)
+    batch, num_frames, num_labels, vocab = 2, 30, 8, 40
+    am = rng.normal(size=(batch, num_frames, vocab)).astype(np.float32)
+    lm = rng.normal(size=(batch, num_labels + 1, vocab)).astype(np.float32)
+    lengths = (np.array([30, 24]), rng.integers(1, vocab, (batch, num_labels)), np.array([8, 6]))
+    loss = lambda a, b: sj.rnnt_loss_simple(a, b, *lengths).sum()
+    grads = _with_bf16_dots(jax.grad(loss, argnums=(0, 1)))(am, lm)
+    want = jax.grad(loss, argnums=(0, 1))(am.astype(np.float64), lm.astype(np.float64))
+    for grad, exact in zip(grads, want):
+        np.testing.assert_allclose(grad, exact, atol=2e-5)
+    # The ranges are argmaxes of window sums, some within float32's rounding
+    # of a tie: the oracle is float32 on the CPU, whose matmuls are exact.
+    ranges = lambda a, b: sj.rnnt_prune_ranges(a, b, *lengths, 3)
+    np.testing.assert_array_equal(_with_bf16_dots(ranges)(am, lm), ranges(am, lm))

@@ -2,6 +2,9 @@
 portable scans): matmul precision, offsets and magnitudes, NaN, empty
 batches and non-finite hyper-parameters; float64 is the oracle."""
 
+import ast
+import pathlib
+
 import jax
 import jax.extend as jex
 import jax.numpy as jnp
@@ -96,6 +99,29 @@ def test_every_dot_in_the_losses_asks_for_highest_precision():
         assert all(_is_highest(p) for p in precisions), (name, precisions)
     full = jax.make_jaxpr(jax.grad(lambda x: sj.rnnt_loss(x, *lengths).sum()))(logits).jaxpr
     assert all(_is_highest(p) for p in _dot_precisions(full))
+
+
+_MATMULS = {"einsum", "matmul", "dot", "tensordot", "inner", "vdot", "dot_general"}
+
+
+def test_every_matmul_in_the_package_states_its_precision():
+    # Source-wide, so that a new loss or recursion cannot fall back to the
+    # accelerators' default (a bfloat16 pass on a TPU) unnoticed.
+    package = pathlib.Path(sj.__file__).parent
+    unstated = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            where = f"{path.relative_to(package)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+                unstated.append(f"{where} (@ takes no precision)")
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _MATMULS
+                and not any(k.arg == "precision" for k in node.keywords)
+            ):
+                unstated.append(where)
+    assert not unstated, unstated
 
 
 def test_simple_loss_gradient_and_ranges_survive_bfloat16_default_matmuls():

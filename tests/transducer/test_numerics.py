@@ -139,3 +139,38 @@ def test_simple_loss_gradient_and_ranges_survive_bfloat16_default_matmuls():
     # of a tie: the oracle is float32 on the CPU, whose matmuls are exact.
     ranges = lambda a, b: sj.rnnt_prune_ranges(a, b, *lengths, 3)
     np.testing.assert_array_equal(_with_bf16_dots(ranges)(am, lm), ranges(am, lm))
+
+
+# Magnitudes: scores of ~1e10 (logits x 1e9) or ~1e30 carry a compensation
+# term of hundreds or more; the scan's log-add must not exponentiate it.
+
+
+def _huge_cases(rng):
+    frame_lengths, labels, label_lengths = _inputs(rng)
+    lengths = (frame_lengths, labels, label_lengths)
+    logits = rng.normal(size=(2, 5, 4, 6)).astype(np.float32)
+    column = logits.copy()
+    column[..., 2] = 1e30
+    am, lm = rng.normal(size=(2, 5, 6)).astype(np.float32), rng.normal(size=(2, 4, 6))
+    ranges = _full_ranges(2, 5, 4)
+    return {
+        "logits x 1e9": (lambda x: sj.rnnt_loss(x, *lengths), (logits * np.float32(1e9),)),
+        "a column at 1e30": (lambda x: sj.rnnt_loss(x, *lengths), (column,)),
+        "pruned x 1e9": (
+            lambda x: sj.rnnt_loss_pruned(x, *lengths, ranges),
+            (logits * np.float32(1e9),),
+        ),
+        "am x 1e30": (
+            lambda a, b: sj.rnnt_loss_simple(a, b, *lengths),
+            (am * np.float32(1e30), lm.astype(np.float32)),
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", ["logits x 1e9", "a column at 1e30", "pruned x 1e9", "am x 1e30"])
+def test_huge_log_probs_give_the_float64_loss_on_both_routes(case):
+    loss, args = _huge_cases(np.random.default_rng(2))[case]
+    want = loss(*(x.astype(np.float64) for x in args))
+    assert np.isfinite(want).all()
+    for got in both_paths(loss, *args):
+        np.testing.assert_allclose(got, want, rtol=1e-6)

@@ -174,3 +174,32 @@ def test_huge_log_probs_give_the_float64_loss_on_both_routes(case):
     assert np.isfinite(want).all()
     for got in both_paths(loss, *args):
         np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+# A common offset: the loss of a softmax must not depend on it. Float32
+# logits near 1e9 are multiples of 64, so the oracle is the float64 loss of
+# the same float32 inputs (where subtracting the offset is exact).
+
+
+@pytest.mark.parametrize("offset", [1e6, 1e9])
+def test_a_common_offset_changes_neither_loss_nor_gradient(offset):
+    rng = np.random.default_rng(3)
+    lengths = _inputs(rng)
+    logits = (rng.normal(scale=2.0, size=(2, 5, 4, 6)) + offset).astype(np.float32)
+    am = (rng.normal(scale=2.0, size=(2, 5, 6)) + offset).astype(np.float32)
+    lm = (rng.normal(scale=2.0, size=(2, 4, 6)) - offset).astype(np.float32)
+    ranges = _full_ranges(2, 5, 4)
+    cases = [
+        (lambda x: sj.rnnt_loss(x, *lengths).sum(), (logits,)),
+        (lambda x: sj.rnnt_loss_pruned(x, *lengths, ranges).sum(), (logits,)),
+        (lambda a, b: sj.rnnt_loss_simple(a, b, *lengths).sum(), (am, lm)),
+        (lambda a, b: sj.rnnt_loss_smoothed(a, b, *lengths, am_only_scale=0.1).sum(), (am, lm)),
+    ]
+    for loss, args in cases:
+        value_and_grad = jax.value_and_grad(loss, argnums=tuple(range(len(args))))
+        want, want_grads = value_and_grad(*(x.astype(np.float64) for x in args))
+        assert 1 < want < 1e3
+        for got, grads in both_paths(value_and_grad, *args):
+            np.testing.assert_allclose(got, want, rtol=2e-6)
+            for grad, exact in zip(grads, want_grads):
+                np.testing.assert_allclose(grad, exact, atol=2e-6)

@@ -56,19 +56,28 @@ def labels_by_position(labels: jax.Array, blank: int) -> jax.Array:
 
 def move_log_probs(
     logits: jax.Array, label_at: jax.Array, blank: int
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(log-normaliser, blank log-probs, label log-probs), each [B, T, W],
-    reading the logits once for the normaliser and gathering two columns.
+) -> tuple[tuple[jax.Array, jax.Array], jax.Array, jax.Array]:
+    """(log-normaliser as (row max, log-sum less it), blank log-probs, label
+    log-probs), each [B, T, W], reading the logits once for the normaliser
+    and gathering two columns.
+
+    Each log-prob is (logit - row max) - log-sum: the row max, not the
+    normaliser, is subtracted from the logits, so a common offset cancels
+    exactly (logits at 1e9 are multiples of 64 in float32: logit minus a
+    normaliser rounded to that grid was -2.3 for a loss of 7.4). A row max
+    that is not finite shifts by 0, so ±inf and NaN stay visible.
 
     Args:
       logits: [B, T, W, V].
       label_at: int [B, T or 1, W], the label each cell's label move
         emits (any symbol where there is no move: the masks drop it).
     """
-    normaliser = jax.nn.logsumexp(logits, axis=-1)
-    blank_lp = logits[..., blank] - normaliser
+    row_max = jax.lax.stop_gradient(jnp.max(logits, axis=-1))
+    row_max = jnp.where(jnp.isfinite(row_max), row_max, jnp.zeros_like(row_max))
+    log_sum = jnp.log(jnp.sum(jnp.exp(logits - row_max[..., None]), axis=-1))
+    blank_lp = (logits[..., blank] - row_max) - log_sum
     label_logit = jnp.take_along_axis(logits, label_at[..., None], axis=-1)[..., 0]
-    return normaliser, blank_lp, label_logit - normaliser
+    return (row_max, log_sum), blank_lp, (label_logit - row_max) - log_sum
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
@@ -94,7 +103,7 @@ def _move_log_probs(
     frame_lengths: jax.Array,
     blank: int,
     delay_penalty: float,
-) -> tuple[jax.Array, jax.Array, jax.Array]:
+) -> tuple[tuple[jax.Array, jax.Array], jax.Array, jax.Array]:
     """`move_log_probs`, the delay penalty added to the label moves."""
     normaliser, blank_lp, emit_lp = move_log_probs(logits, label_at, blank)
     return normaliser, blank_lp, with_delay_penalty(emit_lp, frame_lengths, delay_penalty)
@@ -145,12 +154,13 @@ def _backward(
     scale = cotangent[:, None, None]
     blank_post, emit_post = blank_post * scale, emit_post * (scale * (1.0 + fastemit_lambda))
     # -∂ log P / ∂ logits, times the cotangent, written once.
-    softmax = jnp.exp(logits - normaliser[..., None])
+    row_max, log_sum = normaliser
+    softmax = jnp.exp((logits - row_max[..., None]) - log_sum[..., None])
     vocab = jnp.arange(logits.shape[-1], dtype=jnp.int32)[None, None, None, :]
     grad = softmax * (blank_post + emit_post)[..., None]
     grad = grad - jnp.where(vocab == blank, blank_post[..., None], 0.0)
     grad = grad - jnp.where(vocab == label_at[..., None], emit_post[..., None], 0.0)
-    has_blank, _ = grid.masks(band, normaliser.shape, frame_lengths, label_lengths)
+    has_blank, _ = grid.masks(band, log_sum.shape, frame_lengths, label_lengths)
     grad = jnp.where(has_blank[..., None], grad, 0.0)  # padding: exactly 0, NaN or not
     return grad.astype(logits.dtype), None, None, None, None
 

@@ -203,3 +203,92 @@ def test_a_common_offset_changes_neither_loss_nor_gradient(offset):
             np.testing.assert_allclose(got, want, rtol=2e-6)
             for grad, exact in zip(grads, want_grads):
                 np.testing.assert_allclose(grad, exact, atol=2e-6)
+
+
+def test_align_scores_nan_where_the_loss_is_nan():
+    rng = np.random.default_rng(4)
+    lengths = _inputs(rng)
+    logits = rng.normal(size=(2, 5, 4, 6))
+    logits[0, 0, 0, 3] = np.nan  # read by utterance 0 (the row's normaliser), on no best path
+    assert np.isnan(sj.rnnt_loss(logits, *lengths)[0])
+    for frames, score in both_paths(lambda x: sj.rnnt_align(x, *lengths), logits):
+        assert np.isnan(score[0]) and np.isfinite(score[1])
+        np.testing.assert_array_equal(frames[0], -1)
+
+
+def test_ranges_outside_int32_are_refused_not_wrapped():
+    am, lm = np.zeros((1, 3, 4)), np.zeros((1, 3, 4))
+    ranges = np.broadcast_to(np.arange(2), (1, 3, 2)) + np.int64(2**32)  # would wrap to 0, 1
+    lengths = (np.array([3]), np.array([[1, 2]]), np.array([2]))
+    with pytest.raises(ValueError, match=r"rnnt_loss_pruned: ranges must lie in \[0, U\]"):
+        sj.rnnt_loss_pruned(np.zeros((1, 3, 2, 4)), *lengths, ranges)
+    with pytest.raises(ValueError, match=r"rnnt_prune: ranges must lie in \[0, U\] = \[0, 2\]"):
+        sj.rnnt_prune(am, lm, ranges)
+    with pytest.raises(ValueError, match=r"rnnt_prune: ranges must lie in \[0, U\]"):
+        sj.rnnt_prune(am, lm, ranges - np.int64(2**32) - 1)
+
+
+@pytest.mark.parametrize("batch, num_frames", [(0, 3), (2, 0)])
+def test_no_utterances_or_no_frames_on_both_routes(batch, num_frames):
+    num_labels, vocab = 2, 4
+    logits = np.zeros((batch, num_frames, num_labels + 1, vocab), np.float32)
+    am = np.zeros((batch, num_frames, vocab), np.float32)
+    lm = np.zeros((batch, num_labels + 1, vocab), np.float32)
+    lengths = (np.zeros(batch, int), np.ones((batch, num_labels), int), np.ones(batch, int))
+    ranges = _full_ranges(batch, num_frames, 2)
+    for loss, args in [
+        (lambda x: sj.rnnt_loss(x, *lengths), (logits,)),
+        (lambda a, b: sj.rnnt_loss_simple(a, b, *lengths), (am, lm)),
+        (lambda a, b: sj.rnnt_loss_smoothed(a, b, *lengths), (am, lm)),
+        (lambda x: sj.rnnt_loss_pruned(x, *lengths, ranges), (logits[:, :, :2],)),
+    ]:
+        for value, grads in both_paths(
+            jax.value_and_grad(lambda *a: loss(*a).sum(), range(len(args))), *args
+        ):
+            assert value == (np.inf if batch else 0.0)
+            for grad, arg in zip(grads, args):
+                np.testing.assert_array_equal(grad, np.zeros_like(arg))
+        for value in both_paths(loss, *args):
+            np.testing.assert_array_equal(value, np.full(batch, np.inf, np.float32))
+    for ranges in both_paths(lambda a, b: sj.rnnt_prune_ranges(a, b, *lengths, 2), am, lm):
+        assert ranges.shape == (batch, num_frames, 2)
+    for frames, score in both_paths(lambda x: sj.rnnt_align(x, *lengths), logits):
+        np.testing.assert_array_equal(frames, np.full((batch, num_labels), -1))
+        np.testing.assert_array_equal(score, np.full(batch, -np.inf, np.float32))
+
+
+@pytest.mark.parametrize("value", [np.inf, -np.inf, np.nan])
+def test_non_finite_hyper_parameters_are_named(value):
+    rng = np.random.default_rng(5)
+    lengths = _inputs(rng)
+    logits, am, lm = np.zeros((2, 5, 4, 6)), np.zeros((2, 5, 6)), np.zeros((2, 4, 6))
+    ranges = _full_ranges(2, 5, 4)
+    calls = [
+        ("rnnt_loss", "fastemit_lambda", lambda v: sj.rnnt_loss(logits, *lengths, fastemit_lambda=v)),
+        ("rnnt_loss_simple", "delay_penalty",
+         lambda v: sj.rnnt_loss_simple(am, lm, *lengths, delay_penalty=v)),
+        ("rnnt_loss_smoothed", "delay_penalty",
+         lambda v: sj.rnnt_loss_smoothed(am, lm, *lengths, delay_penalty=v)),
+        ("rnnt_loss_smoothed", "lm_only_scale",
+         lambda v: sj.rnnt_loss_smoothed(am, lm, *lengths, lm_only_scale=v)),
+        ("rnnt_loss_smoothed", "am_only_scale",
+         lambda v: sj.rnnt_loss_smoothed(am, lm, *lengths, am_only_scale=v)),
+        ("rnnt_loss_pruned", "delay_penalty",
+         lambda v: sj.rnnt_loss_pruned(logits, *lengths, ranges, delay_penalty=v)),
+    ]  # fmt: skip
+    for fn, name, call in calls:
+        with pytest.raises(ValueError, match=rf"{fn}: {name} must be finite"):
+            call(value)
+
+
+def test_a_nan_logit_makes_the_utterances_whole_gradient_nan_on_both_routes():
+    rng = np.random.default_rng(6)
+    frame_lengths, labels, label_lengths = _inputs(rng)
+    logits = rng.normal(size=(2, 5, 4, 6))
+    logits[0, 2, 1, 4] = np.nan
+    grad_fn = jax.grad(lambda x: sj.rnnt_loss(x, frame_lengths, labels, label_lengths).sum())
+    with_kernel, with_scan = both_paths(grad_fn, logits)
+    for grad in (with_kernel, with_scan):
+        assert np.isnan(grad[0]).all()  # T_0 = 5 frames, U_0 + 1 = 4 positions: all read
+        assert np.isfinite(grad[1]).all()
+    np.testing.assert_allclose(with_kernel[1], with_scan[1], atol=1e-12)

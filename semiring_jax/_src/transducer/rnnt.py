@@ -179,8 +179,10 @@ def rnnt_align(
     Returns:
       (label_frames int32 [B, U], the frame at which each label is emitted
       on the best alignment, -1 past `label_lengths[b]` and for an
-      utterance with no path; scores [B], the best alignment's
-      log-probability, -inf where there is none).
+      utterance with no path or a NaN score; scores [B], the best
+      alignment's log-probability, -inf where there is none, NaN for a
+      NaN logit the utterance reads, on the best path or not, as in
+      `rnnt_loss`).
     Raises:
       ValueError: as `rnnt_loss`.
     Examples:

@@ -143,17 +143,14 @@ def rnnt_loss_pruned(
     batch, num_frames, s_range, vocab = logits.shape
     frame_lengths = check_lengths(frame_lengths, batch, num_frames, fn, "frame_lengths", "T")
     labels, label_lengths = check_labels(labels, label_lengths, batch, vocab, blank, fn)
-    ranges = check_ranges(ranges, batch, num_frames, fn)
+    ranges = check_ranges(ranges, batch, num_frames, labels.shape[1], fn)
     if ranges.shape[2] != s_range:
         raise ValueError(
             f"{fn}: ranges keeps {ranges.shape[2]} positions a frame but logits has {s_range}"
         )
     if not checks.is_traced(ranges):
-        values = np.asarray(ranges)
-        if values.size and (values.min() < 0 or values.max() > labels.shape[1]):
-            raise ValueError(f"{fn}: ranges must lie in [0, U] = [0, {labels.shape[1]}]")
         if not checks.is_traced(frame_lengths):
-            _check_band(values, np.asarray(frame_lengths), fn)
+            _check_band(np.asarray(ranges), np.asarray(frame_lengths), fn)
     return _pruned_loss(
         logits,
         frame_lengths,

@@ -139,7 +139,11 @@ def _check_s_range(s_range: Any, fn: str) -> int:
     return value
 
 
-def check_ranges(ranges: npt.ArrayLike, batch: int, num_frames: int, fn: str) -> jax.Array:
+def check_ranges(
+    ranges: npt.ArrayLike, batch: int, num_frames: int, num_labels: int, fn: str
+) -> jax.Array:
+    """`ranges` [B, T, s_range] as int32, concrete values checked to lie in
+    [0, U] at their own width first (int64 2**32 + k would wrap to k)."""
     ranges = as_array(ranges, "ranges", fn)
     if np.ndim(ranges) != 3 or tuple(np.shape(ranges)[:2]) != (batch, num_frames):
         raise ValueError(
@@ -148,6 +152,13 @@ def check_ranges(ranges: npt.ArrayLike, batch: int, num_frames: int, fn: str) ->
         )
     if not np.issubdtype(dtype_of(ranges), np.integer):
         raise ValueError(f"{fn}: ranges must hold integers, got {dtype_of(ranges)}")
+    if not checks.is_traced(ranges):
+        values = np.asarray(ranges)
+        if values.size and (values.min() < 0 or values.max() > num_labels):
+            raise ValueError(
+                f"{fn}: ranges must lie in [0, U] = [0, {num_labels}], "
+                f"got values in [{values.min()}, {values.max()}]"
+            )
     return jnp.asarray(ranges).astype(jnp.int32)
 
 
@@ -163,7 +174,8 @@ def rnnt_prune(
       (am_pruned, lm_pruned), each [B, T, s_range, C]: `am` repeated over
       the kept positions, and `lm` at them.
     Raises:
-      ValueError: for shapes that do not match.
+      ValueError: for shapes that do not match, or concrete ranges outside
+        [0, U] (checked at their own width, before any cast to int32).
     Examples:
       >>> import jax.numpy as jnp
       >>> import semiring_jax as sj
@@ -176,7 +188,7 @@ def rnnt_prune(
     fn = "rnnt_prune"
     am = check_float_array(am, 3, "[B, T, C]", "am", fn)
     lm = check_float_array(lm, 3, "[B, U+1, C]", "lm", fn)
-    ranges = check_ranges(ranges, am.shape[0], am.shape[1], fn)
+    ranges = check_ranges(ranges, am.shape[0], am.shape[1], lm.shape[1] - 1, fn)
     if lm.shape[0] != am.shape[0] or lm.shape[2] != am.shape[2]:
         raise ValueError(f"{fn}: lm {lm.shape} does not match am {am.shape}: expected [B, U+1, C]")
     entry = jnp.arange(am.shape[0])[:, None, None]

@@ -125,7 +125,8 @@ def rnnt_loss_pruned(
       non-decreasing starts, which concrete ones are refused for.
     Raises:
       ValueError: for shapes that do not match, lengths out of range, a
-        used label outside [0, V) or equal to `blank`, or concrete ranges
+        used label outside [0, V) or equal to `blank`, a `delay_penalty`
+        that is not finite, or concrete ranges
         outside [0, U], not consecutive, or with a falling start (naming
         the utterance and frame).
     Examples:
@@ -158,5 +159,5 @@ def rnnt_loss_pruned(
         label_lengths,
         ranges,
         blank=int(blank),
-        delay_penalty=float(delay_penalty),
+        delay_penalty=fused.check_finite(delay_penalty, "delay_penalty", fn),
     )

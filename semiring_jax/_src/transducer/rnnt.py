@@ -91,7 +91,7 @@ def rnnt_loss(
       labels: int [B, U], padded; entries past `label_lengths` are ignored.
       label_lengths: int [B], in [0, U] (0: an empty label sequence).
       blank: the blank symbol, an int in [0, V).
-      fastemit_lambda: FastEmit's λ >= 0 (NeMo's rule): the value is the
+      fastemit_lambda: FastEmit's finite λ >= 0 (NeMo's rule): the value is the
         plain negative log-likelihood, and the gradient with respect to the
         label emissions' log-probabilities is scaled by 1 + λ.
     Returns:
@@ -101,7 +101,7 @@ def rnnt_loss(
     Raises:
       ValueError: for logits not [B, T, U+1, V] with U + 1 matching labels,
         lengths out of range, a used label outside [0, V) or equal to
-        `blank`, or a negative `fastemit_lambda`.
+        `blank`, or a `fastemit_lambda` that is negative or not finite.
     Examples:
       >>> import jax.numpy as jnp
       >>> import semiring_jax as sj
@@ -110,9 +110,7 @@ def rnnt_loss(
       >>> print(jnp.round(jnp.exp(-loss), 4))  # two paths of three moves each
       [0.0741]
     """
-    lam = float(fastemit_lambda)
-    if not lam >= 0.0:
-        raise ValueError(f"rnnt_loss: fastemit_lambda must be >= 0, got {fastemit_lambda}")
+    lam = fused.check_finite(fastemit_lambda, "fastemit_lambda", "rnnt_loss", at_least=0.0)
     args = _check_inputs(logits, frame_lengths, labels, label_lengths, blank, "rnnt_loss")
     return _rnnt_loss(*args, blank=int(blank), fastemit_lambda=lam)
 

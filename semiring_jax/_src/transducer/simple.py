@@ -164,13 +164,14 @@ def rnnt_loss_simple(
       am: float [B, T, V], the encoder's projections.
       lm: float [B, U+1, V], the prediction network's.
       frame_lengths, labels, label_lengths, blank: as in `rnnt_loss`.
-      delay_penalty: k2's: delay_penalty · ((T_b - 1)/2 - t) is added to
-        every label emission at frame t (nothing for a value <= 0).
+      delay_penalty: k2's, finite: delay_penalty · ((T_b - 1)/2 - t) is
+        added to every label emission at frame t (nothing for a value <= 0).
     Returns:
       float [B], the negative log-likelihoods (+inf without a path).
     Raises:
-      ValueError: for shapes that do not match, lengths out of range, or a
-        used label outside [0, V) or equal to `blank`.
+      ValueError: for shapes that do not match, lengths out of range, a
+        used label outside [0, V) or equal to `blank`, or a `delay_penalty`
+        that is not finite.
     Examples:
       >>> import jax.numpy as jnp
       >>> import semiring_jax as sj
@@ -179,8 +180,10 @@ def rnnt_loss_simple(
       >>> print(jnp.round(jnp.exp(-loss), 4))
       [0.0741]
     """
-    args = check_am_lm(am, lm, frame_lengths, labels, label_lengths, blank, "rnnt_loss_simple")
-    return _simple_loss(*args, blank=int(blank), delay_penalty=float(delay_penalty))
+    fn = "rnnt_loss_simple"
+    delay_penalty = fused.check_finite(delay_penalty, "delay_penalty", fn)
+    args = check_am_lm(am, lm, frame_lengths, labels, label_lengths, blank, fn)
+    return _simple_loss(*args, blank=int(blank), delay_penalty=delay_penalty)
 
 
 def _smoothed_moves(
@@ -258,12 +261,12 @@ def rnnt_loss_smoothed(
     Args:
       am, lm, frame_lengths, labels, label_lengths, blank, delay_penalty: as
         in `rnnt_loss_simple`.
-      lm_only_scale, am_only_scale: the interpolation weights (the simple
-        loss's is 1 minus both).
+      lm_only_scale, am_only_scale: the interpolation weights, finite (the
+        simple loss's is 1 minus both).
     Returns:
       float [B].
     Raises:
-      ValueError: as `rnnt_loss_simple`.
+      ValueError: as `rnnt_loss_simple`, or for a scale that is not finite.
     Examples:
       >>> import jax.numpy as jnp
       >>> import semiring_jax as sj
@@ -272,11 +275,14 @@ def rnnt_loss_smoothed(
       >>> print(jnp.round(jnp.exp(-sj.rnnt_loss_smoothed(am, lm, *args)), 4))
       [0.0741]
     """
-    args = check_am_lm(am, lm, frame_lengths, labels, label_lengths, blank, "rnnt_loss_smoothed")
-    return _smoothed_loss(
-        *args,
-        blank=int(blank),
-        lm_only_scale=float(lm_only_scale),
-        am_only_scale=float(am_only_scale),
-        delay_penalty=float(delay_penalty),
-    )
+    fn = "rnnt_loss_smoothed"
+    scales = {
+        name: fused.check_finite(value, name, fn)
+        for name, value in [
+            ("lm_only_scale", lm_only_scale),
+            ("am_only_scale", am_only_scale),
+            ("delay_penalty", delay_penalty),
+        ]
+    }
+    args = check_am_lm(am, lm, frame_lengths, labels, label_lengths, blank, fn)
+    return _smoothed_loss(*args, blank=int(blank), **scales)

@@ -123,6 +123,9 @@ def _rnnt_align(
     label_lengths: jax.Array,
     blank: int,
 ) -> tuple[jax.Array, jax.Array]:
+    if logits.shape[0] == 0 or logits.shape[1] == 0:  # no path; nothing for the scans to read
+        no_frames = jnp.full((logits.shape[0], labels.shape[1]), -1, jnp.int32)
+        return no_frames, jnp.full(logits.shape[:1], -jnp.inf, logits.dtype)
     band = bands.full_grid(*logits.shape[:3])
     _, blank_lp, emit_lp = fused.move_log_probs(
         logits, fused.labels_by_position(labels, blank)[:, None, :], blank

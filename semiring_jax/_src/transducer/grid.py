@@ -175,7 +175,12 @@ def _scan_posteriors(moves: Moves, aux: tuple[Any, ...]) -> tuple[jax.Array, Mov
     posteriors = move_posteriors(
         band, skewed, alpha, frame_lengths, label_lengths, moves[0].shape[1]
     )
-    return hi + lo, posteriors
+    # A NaN log P makes every posterior of the utterance NaN, as the
+    # kernel's are: the cells whose α or β is -inf came out 0 (finite
+    # gradients beside a NaN loss), and the two routes disagreed.
+    is_nan = jnp.isnan(hi)[:, None, None]
+    blank_post, emit_post = (jnp.where(is_nan, jnp.nan, x) for x in posteriors)
+    return hi + lo, (blank_post, emit_post)
 
 
 def _kernel_aux(

@@ -292,3 +292,22 @@ def test_a_nan_logit_makes_the_utterances_whole_gradient_nan_on_both_routes():
         assert np.isnan(grad[0]).all()  # T_0 = 5 frames, U_0 + 1 = 4 positions: all read
         assert np.isfinite(grad[1]).all()
     np.testing.assert_allclose(with_kernel[1], with_scan[1], atol=1e-12)
+
+
+def test_simple_loss_of_large_am_and_lm_matches_float64_on_both_routes():
+    # am + lm of ~300 put a node's normaliser hundreds below the rows'
+    # maxima: each shifted exponential's product underflowed in float32.
+    rng = np.random.default_rng(7)
+    lengths = _inputs(rng, num_frames=6, num_labels=4, vocab=5)
+    am = (rng.normal(size=(2, 6, 5)) * 300).astype(np.float32)
+    lm = (rng.normal(size=(2, 5, 5)) * 300).astype(np.float32)
+    loss = lambda a, b: sj.rnnt_loss_simple(a, b, *lengths).sum()
+    value_and_grad = jax.value_and_grad(loss, argnums=(0, 1))
+    want, want_grads = value_and_grad(am.astype(np.float64), lm.astype(np.float64))
+    for got, grads in both_paths(value_and_grad, am, lm):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+        for grad, exact in zip(grads, want_grads):
+            np.testing.assert_allclose(grad, exact, atol=1e-5)
+    ranges = lambda a, b: sj.rnnt_prune_ranges(a, b, *lengths, 2)
+    for got in both_paths(ranges, am, lm):
+        np.testing.assert_array_equal(got, ranges(am.astype(np.float64), lm.astype(np.float64)))

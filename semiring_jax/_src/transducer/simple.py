@@ -99,15 +99,51 @@ def _label_terms(am: jax.Array, lm: jax.Array, labels: jax.Array) -> tuple[jax.A
 
 
 def _normalisers(am: jax.Array, lm: jax.Array) -> jax.Array:
-    """log Σ_v exp(am[b, t, v] + lm[b, u, v]) [B, T, U+1], as k2 computes it:
-    a matrix product of the exponentials shifted by each row's maximum
-    (plus the dtype's tiny, so that an all-zero row logs to a finite value)."""
-    (am_probs, am_max), (lm_probs, lm_max) = _shifted_exponentials(am), _shifted_exponentials(lm)
+    """log Σ_v exp(am[b, t, v] + lm[b, u, v]) [B, T, U+1] of row-shifted
+    am [B, T, V] and lm [B, U+1, V] (`_row_shifted`: each row's max is 0).
+
+    As k2 computes it: a matrix product of the exponentials, plus the
+    dtype's tiny (so that a node without mass logs to a finite value).
+    Where the product is below V · tiny / eps, terms may have underflowed
+    and dropped out (am, lm of ~300 in float32 put a node's mass hundreds
+    below the rows' maxima: the loss was 1252.6 for 1223.1), and those
+    nodes take the exact log-sum-exp instead (`_exact_normalisers`: a
+    [B, U+1, V] sum per frame, the joiner's cost). `lax.cond` runs it only
+    when some node needs it (under `vmap` a cond runs both branches)."""
     # HIGHEST: the default is one bfloat16 pass on a TPU (TF32 on recent
     # GPUs), ~1e-2 off in the gradient once the sum is logged.
-    products = jnp.einsum("btv,buv->btu", am_probs, lm_probs, precision=_HIGHEST)
+    products = jnp.einsum("btv,buv->btu", jnp.exp(am), jnp.exp(lm), precision=_HIGHEST)
+    info = jnp.finfo(am.dtype)
+    normalisers = jnp.log(products + info.tiny)
+    suspect = products < am.shape[2] * info.tiny / info.eps  # NaN is not: it stays
+    return jax.lax.cond(
+        jnp.any(suspect), _with_exact, lambda *args: args[-1], am, lm, suspect, normalisers
+    )
+
+
+def _with_exact(
+    am: jax.Array, lm: jax.Array, suspect: jax.Array, normalisers: jax.Array
+) -> jax.Array:
+    """`normalisers` [B, T, U+1], the exact ones where `suspect`."""
+    return jnp.where(suspect, _exact_normalisers(am, lm), normalisers)
+
+
+def _exact_normalisers(am: jax.Array, lm: jax.Array) -> jax.Array:
+    """log Σ_v exp(am[b, t, v] + lm[b, u, v]) [B, T, U+1], a log-sum-exp per
+    node, a frame at a time (rematerialised in the gradient, so memory stays
+    [B, U+1, V]); the dtype's tiny where a node has no mass, as the matrix
+    product gives (the moves there are -inf, not NaN)."""
     tiny = jnp.finfo(am.dtype).tiny
-    return jnp.log(products + tiny) + am_max + jnp.moveaxis(lm_max, 1, 2)
+
+    def frame(am_t: jax.Array) -> jax.Array:
+        sums = am_t[:, None, :] + lm  # [B, U+1, V]
+        top = jax.lax.stop_gradient(jnp.max(sums, axis=2))
+        top = jnp.where(jnp.isfinite(top), top, jnp.zeros_like(top))
+        total = jnp.sum(jnp.exp(sums - top[..., None]), axis=2)
+        # The where keeps log's derivative at 0 finite (a NaN through where).
+        return jnp.log(jnp.where(total == 0, tiny, total)) + top
+
+    return jnp.moveaxis(jax.lax.map(jax.checkpoint(frame), jnp.moveaxis(am, 1, 0)), 0, 1)
 
 
 def simple_moves(

@@ -126,8 +126,8 @@ def rnnt_loss_pruned(
     Raises:
       ValueError: for shapes that do not match, lengths out of range, a
         used label outside [0, V) or equal to `blank`, a `delay_penalty`
-        that is not finite, or concrete ranges
-        outside [0, U], not consecutive, or with a falling start (naming
+        that is not finite, or concrete ranges outside [0, U] (checked at
+        their own width), not consecutive, or with a falling start (naming
         the utterance and frame).
     Examples:
       >>> import jax.numpy as jnp

@@ -108,7 +108,11 @@ def rnnt_prune_ranges(
         `rnnt_loss_simple` (no gradient flows through the ranges).
       s_range: the positions kept per frame, an int >= 2.
     Returns:
-      int32 [B, T, s_range'], the kept positions, each in [0, U].
+      int32 [B, T, s_range'], the kept positions, each in [0, U]. They
+      lie in [0, U_b] only where s_range' <= U_b + 1: an utterance with
+      fewer positions keeps 0, 1, ..., s_range' - 1 at every frame, and
+      those past U_b hold no node of its grid (`rnnt_loss_pruned` gives
+      them no move; `rnnt_prune` reads `lm`'s padding rows there).
     Raises:
       ValueError: as `rnnt_loss_simple`, or for `s_range` < 2.
     Examples:

@@ -66,9 +66,7 @@ def _with_bf16_dots(fn):
                 inner = eqn.params["jaxpr"]
                 out = evaluate(inner.jaxpr, inner.consts, values)
             else:
-                if eqn.primitive.name == "dot_general" and not _is_highest(
-                    eqn.params["precision"]
-                ):
+                if eqn.primitive.name == "dot_general" and not _is_highest(eqn.params["precision"]):
                     values = [x.astype(jnp.bfloat16).astype(x.dtype) for x in values]
                 out = eqn.primitive.bind(*values, **eqn.primitive.get_bind_params(eqn.params))
                 out = out if eqn.primitive.multiple_results else [out]
@@ -263,20 +261,27 @@ def test_non_finite_hyper_parameters_are_named(value):
     lengths = _inputs(rng)
     logits, am, lm = np.zeros((2, 5, 4, 6)), np.zeros((2, 5, 6)), np.zeros((2, 4, 6))
     ranges = _full_ranges(2, 5, 4)
-    calls = [
-        ("rnnt_loss", "fastemit_lambda", lambda v: sj.rnnt_loss(logits, *lengths, fastemit_lambda=v)),
-        ("rnnt_loss_simple", "delay_penalty",
-         lambda v: sj.rnnt_loss_simple(am, lm, *lengths, delay_penalty=v)),
-        ("rnnt_loss_smoothed", "delay_penalty",
-         lambda v: sj.rnnt_loss_smoothed(am, lm, *lengths, delay_penalty=v)),
-        ("rnnt_loss_smoothed", "lm_only_scale",
-         lambda v: sj.rnnt_loss_smoothed(am, lm, *lengths, lm_only_scale=v)),
-        ("rnnt_loss_smoothed", "am_only_scale",
-         lambda v: sj.rnnt_loss_smoothed(am, lm, *lengths, am_only_scale=v)),
-        ("rnnt_loss_pruned", "delay_penalty",
-         lambda v: sj.rnnt_loss_pruned(logits, *lengths, ranges, delay_penalty=v)),
-    ]  # fmt: skip
-    for fn, name, call in calls:
+    calls = {
+        ("rnnt_loss", "fastemit_lambda"): lambda v: sj.rnnt_loss(
+            logits, *lengths, fastemit_lambda=v
+        ),
+        ("rnnt_loss_simple", "delay_penalty"): lambda v: sj.rnnt_loss_simple(
+            am, lm, *lengths, delay_penalty=v
+        ),
+        ("rnnt_loss_smoothed", "delay_penalty"): lambda v: sj.rnnt_loss_smoothed(
+            am, lm, *lengths, delay_penalty=v
+        ),
+        ("rnnt_loss_smoothed", "lm_only_scale"): lambda v: sj.rnnt_loss_smoothed(
+            am, lm, *lengths, lm_only_scale=v
+        ),
+        ("rnnt_loss_smoothed", "am_only_scale"): lambda v: sj.rnnt_loss_smoothed(
+            am, lm, *lengths, am_only_scale=v
+        ),
+        ("rnnt_loss_pruned", "delay_penalty"): lambda v: sj.rnnt_loss_pruned(
+            logits, *lengths, ranges, delay_penalty=v
+        ),
+    }
+    for (fn, name), call in calls.items():
         with pytest.raises(ValueError, match=rf"{fn}: {name} must be finite"):
             call(value)
 

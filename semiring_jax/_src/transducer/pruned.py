@@ -149,9 +149,8 @@ def rnnt_loss_pruned(
         raise ValueError(
             f"{fn}: ranges keeps {ranges.shape[2]} positions a frame but logits has {s_range}"
         )
-    if not checks.is_traced(ranges):
-        if not checks.is_traced(frame_lengths):
-            _check_band(np.asarray(ranges), np.asarray(frame_lengths), fn)
+    if not checks.is_traced(ranges) and not checks.is_traced(frame_lengths):
+        _check_band(np.asarray(ranges), np.asarray(frame_lengths), fn)
     return _pruned_loss(
         logits,
         frame_lengths,

@@ -68,9 +68,7 @@ def _prune_ranges(
     in_window = ((position >= first) & (position < first + s_range)).astype(blank_post.dtype)
     # HIGHEST: at the default (one bfloat16 pass on a TPU, TF32 on recent
     # GPUs) 1-3 % of the windows' argmaxes moved.
-    windows = jnp.einsum(
-        "btu,us->bts", blank_post, in_window, precision=jax.lax.Precision.HIGHEST
-    )
+    windows = jnp.einsum("btu,us->bts", blank_post, in_window, precision=jax.lax.Precision.HIGHEST)
     into_start = jnp.concatenate(
         [jnp.zeros_like(emit_post[:, :, :1]), emit_post[:, :, : starts - 1]], axis=2
     )

@@ -224,6 +224,9 @@ def test_ranges_outside_int32_are_refused_not_wrapped():
         sj.rnnt_prune(am, lm, ranges)
     with pytest.raises(ValueError, match=r"rnnt_prune: ranges must lie in \[0, U\]"):
         sj.rnnt_prune(am, lm, ranges - np.int64(2**32) - 1)
+    # Traced (inside jit) they cannot be checked: a NaN loss, not the loss at k.
+    traced = jax.jit(lambda r: sj.rnnt_loss_pruned(np.zeros((1, 3, 2, 4)), *lengths, r))
+    assert np.isnan(traced(ranges)).all()
 
 
 @pytest.mark.parametrize("batch, num_frames", [(0, 3), (2, 0)])

@@ -122,7 +122,8 @@ def rnnt_loss_pruned(
     Returns:
       float [B]: +inf where the kept positions hold no path; NaN where
       traced `ranges` (inside `jax.jit`) are not consecutive with
-      non-decreasing starts, which concrete ones are refused for.
+      non-decreasing starts, which concrete ones are refused for (traced
+      values are clipped to [-1, U + 1] first, never wrapped to int32).
     Raises:
       ValueError: for shapes that do not match, lengths out of range, a
         used label outside [0, V) or equal to `blank`, a `delay_penalty`

@@ -161,7 +161,9 @@ def check_ranges(
                 f"{fn}: ranges must lie in [0, U] = [0, {num_labels}], "
                 f"got values in [{values.min()}, {values.max()}]"
             )
-    return jnp.asarray(ranges).astype(jnp.int32)
+    # Traced ones are clipped to [-1, U + 1] before the cast, so that one
+    # outside [0, U] stays outside (the pruned loss's NaN), not wrapped.
+    return jnp.clip(jnp.asarray(ranges), -1, num_labels + 1).astype(jnp.int32)
 
 
 def rnnt_prune(

@@ -172,6 +172,11 @@ def test_huge_log_probs_give_the_float64_loss_on_both_routes(case):
     assert np.isfinite(want).all()
     for got in both_paths(loss, *args):
         np.testing.assert_allclose(got, want, rtol=1e-6)
+    grad = jax.grad(lambda *a: loss(*a).sum(), argnums=tuple(range(len(args))))
+    want_grads = grad(*(x.astype(np.float64) for x in args))
+    for grads in both_paths(grad, *args):
+        for got, exact in zip(grads, want_grads):
+            np.testing.assert_allclose(got, exact, atol=1e-6)
 
 
 # A common offset: the loss of a softmax must not depend on it. Float32

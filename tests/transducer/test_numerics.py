@@ -324,3 +324,24 @@ def test_simple_loss_of_large_am_and_lm_matches_float64_on_both_routes():
     ranges = lambda a, b: sj.rnnt_prune_ranges(a, b, *lengths, 2)
     for got in both_paths(ranges, am, lm):
         np.testing.assert_array_equal(got, ranges(am.astype(np.float64), lm.astype(np.float64)))
+
+
+def test_second_derivatives_match_finite_differences_on_both_routes():
+    # The scan is the kernel's derivative: grad of grad runs through the
+    # scans' log-add, whose derivative at -inf cells was NaN.
+    rng = np.random.default_rng(8)
+    lengths = _inputs(rng)
+    logits, am, lm = (
+        rng.normal(size=(2, 5, 4, 6)),
+        rng.normal(size=(2, 5, 6)),
+        rng.normal(size=(2, 4, 6)),
+    )
+    cases = {
+        "rnnt_loss": lambda s: sj.rnnt_loss(logits * s, *lengths).sum(),
+        "simple": lambda s: sj.rnnt_loss_simple(am * s, lm * s, *lengths).sum(),
+    }
+    for name, loss in cases.items():
+        slope = jax.grad(loss)
+        want = (slope(1.0 + 1e-5) - slope(1.0 - 1e-5)) / 2e-5
+        for got in both_paths(jax.grad(slope), 1.0):
+            np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=name)

@@ -123,7 +123,7 @@ def rnnt_loss_pruned(
       float [B]: +inf where the kept positions hold no path; NaN where
       traced `ranges` (inside `jax.jit`) are not consecutive with
       non-decreasing starts, which concrete ones are refused for (traced
-      values are clipped to [-1, U + 1] first, never wrapped to int32).
+      values past int32 are clipped to it first, never wrapped).
     Raises:
       ValueError: for shapes that do not match, lengths out of range, a
         used label outside [0, V) or equal to `blank`, a `delay_penalty`

@@ -161,9 +161,11 @@ def check_ranges(
                 f"{fn}: ranges must lie in [0, U] = [0, {num_labels}], "
                 f"got values in [{values.min()}, {values.max()}]"
             )
-    # Traced ones are clipped to [-1, U + 1] before the cast, so that one
-    # outside [0, U] stays outside (the pruned loss's NaN), not wrapped.
-    return jnp.clip(jnp.asarray(ranges), -1, num_labels + 1).astype(jnp.int32)
+    # Traced wider ones are clipped to int32 before the cast, not wrapped:
+    # past it, consecutive positions collapse into one (the pruned loss's
+    # NaN), where 2**32 + k would have become k.
+    int32 = np.iinfo(np.int32)
+    return jnp.clip(jnp.asarray(ranges), int32.min, int32.max).astype(jnp.int32)
 
 
 def rnnt_prune(

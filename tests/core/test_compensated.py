@@ -1,6 +1,7 @@
 """Compensated (hi, lo) pair arithmetic: exact sums at any magnitude, no
 overflow in the shifted exponentials, and the ±inf / NaN contract."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -66,3 +67,20 @@ def test_exp_difference_is_a_probability():
     assert np.all(posterior <= 1)
     assert float(compensated.exp_difference(hi[0], lo[0], -jnp.inf, 0.0)) == 0.0
     assert np.isnan(float(compensated.exp_difference(hi[0], lo[0], jnp.inf, 0.0)))
+
+
+def test_log_add_below_inf_has_the_log_add_derivative_at_ties_and_huge_scores():
+    # The transducer scans' step: its derivative (the scan is the kernel's)
+    # is the softmax of the two scores, a half each at a tie.
+    def log_add(a, b):
+        return sum(compensated.log_add_below_inf((a, jnp.zeros_like(a)), (b, jnp.zeros_like(b))))
+
+    grads = jax.grad(log_add, argnums=(0, 1))(jnp.float64(0.3), jnp.float64(0.3))
+    np.testing.assert_allclose(grads, (0.5, 0.5))
+    grads = jax.grad(log_add, argnums=(0, 1))(jnp.float64(1.0), jnp.float64(0.0))
+    np.testing.assert_allclose(grads, (1 / (1 + np.exp(-1)), 1 / (1 + np.exp(1))))
+    # A lo of ~1e3 beside a hi of -1e10 (float32): no overflow.
+    a = (jnp.float32(-1e10), jnp.float32(700.0))
+    b = (jnp.float32(-1e10), jnp.float32(-300.0))
+    hi, lo = compensated.log_add_below_inf(a, b)
+    assert float(hi) + float(lo) == -1e10 + 700.0

@@ -267,3 +267,14 @@ def test_bad_inputs_are_named(call, message):
     am, lm = np.zeros((1, 3, 4)), np.zeros((1, 3, 4))
     with pytest.raises(ValueError, match=message):
         call(am, lm, np.array([3]), np.array([[1, 2]]), np.array([2]))
+
+
+def test_ranges_of_an_utterance_shorter_than_s_range_start_at_0():
+    # Documented: s_range > U_b + 1 cannot fit in [0, U_b]; the utterance
+    # keeps 0 .. s_range - 1 at every frame (positions past U_b: no node).
+    rng = np.random.default_rng(11)
+    am, lm = rng.normal(size=(2, 5, 6)), rng.normal(size=(2, 6, 6))
+    labels = np.array([[1, 2, 3, 4, 5], [1, 2, 0, 0, 0]])
+    ranges = sj.rnnt_prune_ranges(am, lm, np.array([5, 4]), labels, np.array([5, 1]), 4)
+    np.testing.assert_array_equal(ranges[1], np.broadcast_to(np.arange(4), (5, 4)))
+    assert ranges[0].max() == 5

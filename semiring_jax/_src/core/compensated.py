@@ -107,14 +107,23 @@ def add_below_inf(hi: jax.Array, lo: jax.Array, value: jax.Array) -> Pair:
 
 def log_add_below_inf(a: Pair, b: Pair) -> Pair:
     """log(exp(a) + exp(b)) of two pairs < +inf (`log_sum_columns` of two
-    columns, without its lexicographic top and +inf handling): -inf where
-    both are, NaN where either is."""
-    top = jnp.maximum(a[0], b[0])
-    safe = jnp.where(top == -jnp.inf, jnp.zeros_like(top), top)
-    # The larger hi less safe is 0, the other exact where it matters
-    # (Sterbenz); each lo is a few ulps, added to an O(1) exponent.
-    total = jnp.exp((a[0] - safe) + a[1]) + jnp.exp((b[0] - safe) + b[1])
-    return _plain_two_sum(safe, jnp.log(total))
+    columns, without its +inf handling): -inf where both are, NaN where
+    either is."""
+    # The larger pair plus log1p(exp(smaller - larger)): no exponent is
+    # positive. Shifting by the larger hi alone left each lo in an exponent,
+    # and a lo is a few ulps of its hi: hundreds at scores of 1e10 (logits
+    # x 1e9), 1e23 at 1e30, where exp overflowed to NaN or inf. (Written
+    # without abs, the derivative is the two scores' softmax, a half each
+    # at a tie, whatever abs's derivative at 0.)
+    both_empty = (a[0] == -jnp.inf) & (b[0] == -jnp.inf)
+    # hi - hi is exact (Sterbenz) where the smaller term matters at all.
+    a_larger = (a[0] - b[0]) + (a[1] - b[1]) >= 0  # False for NaN: b carries it
+    top_hi, top_lo = jnp.where(a_larger, a[0], b[0]), jnp.where(a_larger, a[1], b[1])
+    other_hi, other_lo = jnp.where(a_larger, b[0], a[0]), jnp.where(a_larger, b[1], a[1])
+    gap = (other_hi - top_hi) + (other_lo - top_lo)  # <= 0; NaN where both are -inf
+    gap = jnp.where(both_empty, jnp.zeros_like(gap), gap)
+    hi, error = _plain_two_sum(top_hi, jnp.log1p(jnp.exp(gap)))
+    return _normalise(hi, top_lo + error)
 
 
 def add_pairs(a: Pair, b: Pair) -> Pair:

@@ -163,7 +163,8 @@ def best_forward(
     """`forward` in the max-plus (TROPICAL) semiring on the full grid,
     unnormalised (a best path's score is a plain sum), and each cell's best
     move into it: (scores [N, B, U+1], came_by_label bool [N, B, U+1];
-    False on diagonal 0, which nothing enters). Ties go to the blank move.
+    False on diagonal 0, which nothing enters). Ties go to the blank move;
+    NaN in a move propagates to every score after it.
     """
 
     def step(alpha: jax.Array, moves: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, Any]:
@@ -171,7 +172,10 @@ def best_forward(
         by_blank = alpha + blank_n
         by_label = shift_right(alpha + emit_n, -jnp.inf)
         came_by_label = by_label > by_blank
-        return jnp.where(came_by_label, by_label, by_blank), (alpha, came_by_label)
+        # jnp.maximum, not a where on the comparison: a NaN on either side
+        # compares False and was dropped, a finite best score where the
+        # loss is NaN.
+        return jnp.maximum(by_blank, by_label), (alpha, came_by_label)
 
     initial = varying_like(blank, start)
     last, (scores, choices) = jax.lax.scan(step, initial, (blank[:-1], emit[:-1]))

@@ -21,6 +21,7 @@ other [B, T, W, V] array.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import jax
@@ -29,7 +30,25 @@ import jax.numpy as jnp
 from semiring_jax._src.transducer import grid
 from semiring_jax._src.transducer.band import Band
 
-__all__ = ["labels_by_position", "logits_nll", "move_log_probs", "with_delay_penalty"]
+__all__ = [
+    "check_finite",
+    "labels_by_position",
+    "logits_nll",
+    "move_log_probs",
+    "with_delay_penalty",
+]
+
+
+def check_finite(value: Any, name: str, fn: str, at_least: float | None = None) -> float:
+    """A hyper-parameter as a finite float (>= `at_least` if given); a
+    ValueError naming it otherwise (an infinite FastEmit λ gave a finite
+    loss with NaN gradients, an infinite delay penalty -inf or NaN)."""
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{fn}: {name} must be finite, got {value}")
+    if at_least is not None and number < at_least:
+        raise ValueError(f"{fn}: {name} must be >= {at_least:g}, got {value}")
+    return number
 
 
 def with_delay_penalty(
@@ -56,19 +75,28 @@ def labels_by_position(labels: jax.Array, blank: int) -> jax.Array:
 
 def move_log_probs(
     logits: jax.Array, label_at: jax.Array, blank: int
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(log-normaliser, blank log-probs, label log-probs), each [B, T, W],
-    reading the logits once for the normaliser and gathering two columns.
+) -> tuple[tuple[jax.Array, jax.Array], jax.Array, jax.Array]:
+    """(log-normaliser as (row max, log-sum less it), blank log-probs, label
+    log-probs), each [B, T, W], reading the logits once for the normaliser
+    and gathering two columns.
+
+    Each log-prob is (logit - row max) - log-sum: the row max, not the
+    normaliser, is subtracted from the logits, so a common offset cancels
+    exactly (logits at 1e9 are multiples of 64 in float32: logit minus a
+    normaliser rounded to that grid was -2.3 for a loss of 7.4). A row max
+    that is not finite shifts by 0, so ±inf and NaN stay visible.
 
     Args:
       logits: [B, T, W, V].
       label_at: int [B, T or 1, W], the label each cell's label move
         emits (any symbol where there is no move: the masks drop it).
     """
-    normaliser = jax.nn.logsumexp(logits, axis=-1)
-    blank_lp = logits[..., blank] - normaliser
+    row_max = jax.lax.stop_gradient(jnp.max(logits, axis=-1))
+    row_max = jnp.where(jnp.isfinite(row_max), row_max, jnp.zeros_like(row_max))
+    log_sum = jnp.log(jnp.sum(jnp.exp(logits - row_max[..., None]), axis=-1))
+    blank_lp = (logits[..., blank] - row_max) - log_sum
     label_logit = jnp.take_along_axis(logits, label_at[..., None], axis=-1)[..., 0]
-    return normaliser, blank_lp, label_logit - normaliser
+    return (row_max, log_sum), blank_lp, (label_logit - row_max) - log_sum
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
@@ -94,7 +122,7 @@ def _move_log_probs(
     frame_lengths: jax.Array,
     blank: int,
     delay_penalty: float,
-) -> tuple[jax.Array, jax.Array, jax.Array]:
+) -> tuple[tuple[jax.Array, jax.Array], jax.Array, jax.Array]:
     """`move_log_probs`, the delay penalty added to the label moves."""
     normaliser, blank_lp, emit_lp = move_log_probs(logits, label_at, blank)
     return normaliser, blank_lp, with_delay_penalty(emit_lp, frame_lengths, delay_penalty)
@@ -145,12 +173,13 @@ def _backward(
     scale = cotangent[:, None, None]
     blank_post, emit_post = blank_post * scale, emit_post * (scale * (1.0 + fastemit_lambda))
     # -∂ log P / ∂ logits, times the cotangent, written once.
-    softmax = jnp.exp(logits - normaliser[..., None])
+    row_max, log_sum = normaliser
+    softmax = jnp.exp((logits - row_max[..., None]) - log_sum[..., None])
     vocab = jnp.arange(logits.shape[-1], dtype=jnp.int32)[None, None, None, :]
     grad = softmax * (blank_post + emit_post)[..., None]
     grad = grad - jnp.where(vocab == blank, blank_post[..., None], 0.0)
     grad = grad - jnp.where(vocab == label_at[..., None], emit_post[..., None], 0.0)
-    has_blank, _ = grid.masks(band, normaliser.shape, frame_lengths, label_lengths)
+    has_blank, _ = grid.masks(band, log_sum.shape, frame_lengths, label_lengths)
     grad = jnp.where(has_blank[..., None], grad, 0.0)  # padding: exactly 0, NaN or not
     return grad.astype(logits.dtype), None, None, None, None
 

@@ -175,7 +175,12 @@ def _scan_posteriors(moves: Moves, aux: tuple[Any, ...]) -> tuple[jax.Array, Mov
     posteriors = move_posteriors(
         band, skewed, alpha, frame_lengths, label_lengths, moves[0].shape[1]
     )
-    return hi + lo, posteriors
+    # A NaN log P makes every posterior of the utterance NaN, as the
+    # kernel's are: the cells whose α or β is -inf came out 0 (finite
+    # gradients beside a NaN loss), and the two routes disagreed.
+    is_nan = jnp.isnan(hi)[:, None, None]
+    blank_post, emit_post = (jnp.where(is_nan, jnp.nan, x) for x in posteriors)
+    return hi + lo, (blank_post, emit_post)
 
 
 def _kernel_aux(
@@ -193,6 +198,17 @@ def _num_positions(band: Band) -> int:
     return band.frame.shape[0] - band.num_frames
 
 
+def _no_utterance_or_frame(blank_lp: jax.Array) -> bool:
+    """Whether [B, T, W] has B = 0 or T = 0 (static): no path anywhere, and
+    the scans' gathers have nothing to read (they failed on an empty axis)."""
+    return blank_lp.shape[0] == 0 or blank_lp.shape[1] == 0
+
+
+def _no_path(blank_lp: jax.Array) -> jax.Array:
+    """log P [B] of a grid without paths: -inf."""
+    return jnp.full(blank_lp.shape[:1], -jnp.inf, blank_lp.dtype)
+
+
 def total(
     band: Band,
     blank_lp: jax.Array,
@@ -203,6 +219,8 @@ def total(
     """log P [B] of a band's move log-probs [B, T, W] (-inf without a
     path), by the CPU kernel where it serves, else the scan. For values
     only: gradients come from `total_and_posteriors`."""
+    if _no_utterance_or_frame(blank_lp):
+        return _no_path(blank_lp)
     if rnnt_ops.usable(blank_lp):
         aux = _kernel_aux(band, blank_lp, frame_lengths, label_lengths)
         return rnnt_ops.log_likelihood((blank_lp, emit_lp), aux, _num_positions(band))
@@ -220,6 +238,8 @@ def total_and_posteriors(
     """(log P [B], the posteriors of the blank and the label move out of
     each cell [B, T, W], 0 without a path), by the CPU kernel where it
     serves (differentiable through the scan's), else the scans."""
+    if _no_utterance_or_frame(blank_lp):
+        return _no_path(blank_lp), (jnp.zeros_like(blank_lp), jnp.zeros_like(emit_lp))
     aux = _kernel_aux(band, blank_lp, frame_lengths, label_lengths)
     if rnnt_ops.usable(blank_lp):
         return rnnt_ops.log_likelihood_and_posteriors(

@@ -122,11 +122,13 @@ def rnnt_loss_pruned(
     Returns:
       float [B]: +inf where the kept positions hold no path; NaN where
       traced `ranges` (inside `jax.jit`) are not consecutive with
-      non-decreasing starts, which concrete ones are refused for.
+      non-decreasing starts, which concrete ones are refused for (traced
+      values past int32 are clipped to it first, never wrapped).
     Raises:
       ValueError: for shapes that do not match, lengths out of range, a
-        used label outside [0, V) or equal to `blank`, or concrete ranges
-        outside [0, U], not consecutive, or with a falling start (naming
+        used label outside [0, V) or equal to `blank`, a `delay_penalty`
+        that is not finite, or concrete ranges outside [0, U] (checked at
+        their own width), not consecutive, or with a falling start (naming
         the utterance and frame).
     Examples:
       >>> import jax.numpy as jnp
@@ -143,17 +145,13 @@ def rnnt_loss_pruned(
     batch, num_frames, s_range, vocab = logits.shape
     frame_lengths = check_lengths(frame_lengths, batch, num_frames, fn, "frame_lengths", "T")
     labels, label_lengths = check_labels(labels, label_lengths, batch, vocab, blank, fn)
-    ranges = check_ranges(ranges, batch, num_frames, fn)
+    ranges = check_ranges(ranges, batch, num_frames, labels.shape[1], fn)
     if ranges.shape[2] != s_range:
         raise ValueError(
             f"{fn}: ranges keeps {ranges.shape[2]} positions a frame but logits has {s_range}"
         )
-    if not checks.is_traced(ranges):
-        values = np.asarray(ranges)
-        if values.size and (values.min() < 0 or values.max() > labels.shape[1]):
-            raise ValueError(f"{fn}: ranges must lie in [0, U] = [0, {labels.shape[1]}]")
-        if not checks.is_traced(frame_lengths):
-            _check_band(values, np.asarray(frame_lengths), fn)
+    if not checks.is_traced(ranges) and not checks.is_traced(frame_lengths):
+        _check_band(np.asarray(ranges), np.asarray(frame_lengths), fn)
     return _pruned_loss(
         logits,
         frame_lengths,
@@ -161,5 +159,5 @@ def rnnt_loss_pruned(
         label_lengths,
         ranges,
         blank=int(blank),
-        delay_penalty=float(delay_penalty),
+        delay_penalty=fused.check_finite(delay_penalty, "delay_penalty", fn),
     )

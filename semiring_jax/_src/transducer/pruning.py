@@ -66,7 +66,9 @@ def _prune_ranges(
     position = jnp.arange(num_positions)[:, None]
     first = jnp.arange(starts)[None, :]
     in_window = ((position >= first) & (position < first + s_range)).astype(blank_post.dtype)
-    windows = jnp.einsum("btu,us->bts", blank_post, in_window)
+    # HIGHEST: at the default (one bfloat16 pass on a TPU, TF32 on recent
+    # GPUs) 1-3 % of the windows' argmaxes moved.
+    windows = jnp.einsum("btu,us->bts", blank_post, in_window, precision=jax.lax.Precision.HIGHEST)
     into_start = jnp.concatenate(
         [jnp.zeros_like(emit_post[:, :, :1]), emit_post[:, :, : starts - 1]], axis=2
     )
@@ -104,7 +106,11 @@ def rnnt_prune_ranges(
         `rnnt_loss_simple` (no gradient flows through the ranges).
       s_range: the positions kept per frame, an int >= 2.
     Returns:
-      int32 [B, T, s_range'], the kept positions, each in [0, U].
+      int32 [B, T, s_range'], the kept positions, each in [0, U]. They
+      lie in [0, U_b] only where s_range' <= U_b + 1: an utterance with
+      fewer positions keeps 0, 1, ..., s_range' - 1 at every frame, and
+      those past U_b hold no node of its grid (`rnnt_loss_pruned` gives
+      them no move; `rnnt_prune` reads `lm`'s padding rows there).
     Raises:
       ValueError: as `rnnt_loss_simple`, or for `s_range` < 2.
     Examples:
@@ -135,7 +141,11 @@ def _check_s_range(s_range: Any, fn: str) -> int:
     return value
 
 
-def check_ranges(ranges: npt.ArrayLike, batch: int, num_frames: int, fn: str) -> jax.Array:
+def check_ranges(
+    ranges: npt.ArrayLike, batch: int, num_frames: int, num_labels: int, fn: str
+) -> jax.Array:
+    """`ranges` [B, T, s_range] as int32, concrete values checked to lie in
+    [0, U] at their own width first (int64 2**32 + k would wrap to k)."""
     ranges = as_array(ranges, "ranges", fn)
     if np.ndim(ranges) != 3 or tuple(np.shape(ranges)[:2]) != (batch, num_frames):
         raise ValueError(
@@ -144,7 +154,18 @@ def check_ranges(ranges: npt.ArrayLike, batch: int, num_frames: int, fn: str) ->
         )
     if not np.issubdtype(dtype_of(ranges), np.integer):
         raise ValueError(f"{fn}: ranges must hold integers, got {dtype_of(ranges)}")
-    return jnp.asarray(ranges).astype(jnp.int32)
+    if not checks.is_traced(ranges):
+        values = np.asarray(ranges)
+        if values.size and (values.min() < 0 or values.max() > num_labels):
+            raise ValueError(
+                f"{fn}: ranges must lie in [0, U] = [0, {num_labels}], "
+                f"got values in [{values.min()}, {values.max()}]"
+            )
+    # Traced wider ones are clipped to int32 before the cast, not wrapped:
+    # past it, consecutive positions collapse into one (the pruned loss's
+    # NaN), where 2**32 + k would have become k.
+    int32 = np.iinfo(np.int32)
+    return jnp.clip(jnp.asarray(ranges), int32.min, int32.max).astype(jnp.int32)
 
 
 def rnnt_prune(
@@ -159,7 +180,8 @@ def rnnt_prune(
       (am_pruned, lm_pruned), each [B, T, s_range, C]: `am` repeated over
       the kept positions, and `lm` at them.
     Raises:
-      ValueError: for shapes that do not match.
+      ValueError: for shapes that do not match, or concrete ranges outside
+        [0, U] (checked at their own width, before any cast to int32).
     Examples:
       >>> import jax.numpy as jnp
       >>> import semiring_jax as sj
@@ -172,7 +194,7 @@ def rnnt_prune(
     fn = "rnnt_prune"
     am = check_float_array(am, 3, "[B, T, C]", "am", fn)
     lm = check_float_array(lm, 3, "[B, U+1, C]", "lm", fn)
-    ranges = check_ranges(ranges, am.shape[0], am.shape[1], fn)
+    ranges = check_ranges(ranges, am.shape[0], am.shape[1], lm.shape[1] - 1, fn)
     if lm.shape[0] != am.shape[0] or lm.shape[2] != am.shape[2]:
         raise ValueError(f"{fn}: lm {lm.shape} does not match am {am.shape}: expected [B, U+1, C]")
     entry = jnp.arange(am.shape[0])[:, None, None]

@@ -91,7 +91,7 @@ def rnnt_loss(
       labels: int [B, U], padded; entries past `label_lengths` are ignored.
       label_lengths: int [B], in [0, U] (0: an empty label sequence).
       blank: the blank symbol, an int in [0, V).
-      fastemit_lambda: FastEmit's λ >= 0 (NeMo's rule): the value is the
+      fastemit_lambda: FastEmit's finite λ >= 0 (NeMo's rule): the value is the
         plain negative log-likelihood, and the gradient with respect to the
         label emissions' log-probabilities is scaled by 1 + λ.
     Returns:
@@ -101,7 +101,7 @@ def rnnt_loss(
     Raises:
       ValueError: for logits not [B, T, U+1, V] with U + 1 matching labels,
         lengths out of range, a used label outside [0, V) or equal to
-        `blank`, or a negative `fastemit_lambda`.
+        `blank`, or a `fastemit_lambda` that is negative or not finite.
     Examples:
       >>> import jax.numpy as jnp
       >>> import semiring_jax as sj
@@ -110,9 +110,7 @@ def rnnt_loss(
       >>> print(jnp.round(jnp.exp(-loss), 4))  # two paths of three moves each
       [0.0741]
     """
-    lam = float(fastemit_lambda)
-    if not lam >= 0.0:
-        raise ValueError(f"rnnt_loss: fastemit_lambda must be >= 0, got {fastemit_lambda}")
+    lam = fused.check_finite(fastemit_lambda, "fastemit_lambda", "rnnt_loss", at_least=0.0)
     args = _check_inputs(logits, frame_lengths, labels, label_lengths, blank, "rnnt_loss")
     return _rnnt_loss(*args, blank=int(blank), fastemit_lambda=lam)
 
@@ -125,6 +123,9 @@ def _rnnt_align(
     label_lengths: jax.Array,
     blank: int,
 ) -> tuple[jax.Array, jax.Array]:
+    if logits.shape[0] == 0 or logits.shape[1] == 0:  # no path; nothing for the scans to read
+        no_frames = jnp.full((logits.shape[0], labels.shape[1]), -1, jnp.int32)
+        return no_frames, jnp.full(logits.shape[:1], -jnp.inf, logits.dtype)
     band = bands.full_grid(*logits.shape[:3])
     _, blank_lp, emit_lp = fused.move_log_probs(
         logits, fused.labels_by_position(labels, blank)[:, None, :], blank
@@ -179,8 +180,10 @@ def rnnt_align(
     Returns:
       (label_frames int32 [B, U], the frame at which each label is emitted
       on the best alignment, -1 past `label_lengths[b]` and for an
-      utterance with no path; scores [B], the best alignment's
-      log-probability, -inf where there is none).
+      utterance with no path or a NaN score; scores [B], the best
+      alignment's log-probability, -inf where there is none, NaN for a
+      NaN logit the utterance reads, on the best path or not, as in
+      `rnnt_loss`).
     Raises:
       ValueError: as `rnnt_loss`.
     Examples:

@@ -24,6 +24,9 @@ from semiring_jax._src.dense.dense import check_float_array, check_lengths
 from semiring_jax._src.transducer import band as bands
 from semiring_jax._src.transducer import fused, grid
 
+# Every matmul whose result is logged states its precision (see `_normalisers`).
+_HIGHEST = jax.lax.Precision.HIGHEST
+
 __all__ = ["check_am_lm", "rnnt_loss_simple", "rnnt_loss_smoothed", "simple_moves"]
 
 
@@ -69,6 +72,18 @@ def _label_columns(values: jax.Array, labels: jax.Array) -> jax.Array:
     return jax.vmap(lambda rows, columns: rows[:, columns])(values, labels)
 
 
+def _row_shifted(values: jax.Array) -> jax.Array:
+    """values [B, I, V] less each row's maximum along V (no gradient; a
+    maximum that is not finite shifts by 0, so ±inf and NaN stay visible).
+
+    The move log-probs do not depend on such shifts, and shifting first
+    keeps every term O(1): summed whole, am + lm - normaliser rounded each
+    term at its own magnitude, and a common offset of 1e9 in float32 (a
+    grid of 64) made the loss -2.3 where it is 8.1."""
+    row_max = jax.lax.stop_gradient(jnp.max(values, axis=2, keepdims=True))
+    return values - jnp.where(jnp.isfinite(row_max), row_max, jnp.zeros_like(row_max))
+
+
 def _shifted_exponentials(values: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(exp(values - row max), row max [.., 1]) along V, as k2 shifts them
     (the max carries no gradient: the results do not depend on it)."""
@@ -84,19 +99,58 @@ def _label_terms(am: jax.Array, lm: jax.Array, labels: jax.Array) -> tuple[jax.A
 
 
 def _normalisers(am: jax.Array, lm: jax.Array) -> jax.Array:
-    """log Σ_v exp(am[b, t, v] + lm[b, u, v]) [B, T, U+1], as k2 computes it:
-    a matrix product of the exponentials shifted by each row's maximum
-    (plus the dtype's tiny, so that an all-zero row logs to a finite value)."""
-    (am_probs, am_max), (lm_probs, lm_max) = _shifted_exponentials(am), _shifted_exponentials(lm)
-    products = jnp.einsum("btv,buv->btu", am_probs, lm_probs)
+    """log Σ_v exp(am[b, t, v] + lm[b, u, v]) [B, T, U+1] of row-shifted
+    am [B, T, V] and lm [B, U+1, V] (`_row_shifted`: each row's max is 0).
+
+    As k2 computes it: a matrix product of the exponentials, plus the
+    dtype's tiny (so that a node without mass logs to a finite value).
+    Where the product is below V · tiny / eps, terms may have underflowed
+    and dropped out (am, lm of ~300 in float32 put a node's mass hundreds
+    below the rows' maxima: the loss was 1252.6 for 1223.1), and those
+    nodes take the exact log-sum-exp instead (`_exact_normalisers`: a
+    [B, U+1, V] sum per frame, the joiner's cost). `lax.cond` runs it only
+    when some node needs it (under `vmap` a cond runs both branches)."""
+    # HIGHEST: the default is one bfloat16 pass on a TPU (TF32 on recent
+    # GPUs), ~1e-2 off in the gradient once the sum is logged.
+    products = jnp.einsum("btv,buv->btu", jnp.exp(am), jnp.exp(lm), precision=_HIGHEST)
+    info = jnp.finfo(am.dtype)
+    normalisers = jnp.log(products + info.tiny)
+    suspect = products < am.shape[2] * info.tiny / info.eps  # NaN is not: it stays
+    return jax.lax.cond(
+        jnp.any(suspect), _with_exact, lambda *args: args[-1], am, lm, suspect, normalisers
+    )
+
+
+def _with_exact(
+    am: jax.Array, lm: jax.Array, suspect: jax.Array, normalisers: jax.Array
+) -> jax.Array:
+    """`normalisers` [B, T, U+1], the exact ones where `suspect`."""
+    return jnp.where(suspect, _exact_normalisers(am, lm), normalisers)
+
+
+def _exact_normalisers(am: jax.Array, lm: jax.Array) -> jax.Array:
+    """log Σ_v exp(am[b, t, v] + lm[b, u, v]) [B, T, U+1], a log-sum-exp per
+    node, a frame at a time (rematerialised in the gradient, so memory stays
+    [B, U+1, V]); the dtype's tiny where a node has no mass, as the matrix
+    product gives (the moves there are -inf, not NaN)."""
     tiny = jnp.finfo(am.dtype).tiny
-    return jnp.log(products + tiny) + am_max + jnp.moveaxis(lm_max, 1, 2)
+
+    def frame(am_t: jax.Array) -> jax.Array:
+        sums = am_t[:, None, :] + lm  # [B, U+1, V]
+        top = jax.lax.stop_gradient(jnp.max(sums, axis=2))
+        top = jnp.where(jnp.isfinite(top), top, jnp.zeros_like(top))
+        total = jnp.sum(jnp.exp(sums - top[..., None]), axis=2)
+        # The where keeps log's derivative at 0 finite (a NaN through where).
+        return jnp.log(jnp.where(total == 0, tiny, total)) + top
+
+    return jnp.moveaxis(jax.lax.map(jax.checkpoint(frame), jnp.moveaxis(am, 1, 0)), 0, 1)
 
 
 def simple_moves(
     am: jax.Array, lm: jax.Array, labels: jax.Array, blank: int
 ) -> tuple[jax.Array, jax.Array]:
     """(blank, label) move log-probs [B, T, U+1] of the additive joiner."""
+    am, lm = _row_shifted(am), _row_shifted(lm)
     normalisers = _normalisers(am, lm)
     blank_lp = am[:, :, blank][:, :, None] + lm[:, :, blank][:, None, :] - normalisers
     label_am, label_lm = _label_terms(am, lm, labels)
@@ -146,13 +200,14 @@ def rnnt_loss_simple(
       am: float [B, T, V], the encoder's projections.
       lm: float [B, U+1, V], the prediction network's.
       frame_lengths, labels, label_lengths, blank: as in `rnnt_loss`.
-      delay_penalty: k2's: delay_penalty · ((T_b - 1)/2 - t) is added to
-        every label emission at frame t (nothing for a value <= 0).
+      delay_penalty: k2's, finite: delay_penalty · ((T_b - 1)/2 - t) is
+        added to every label emission at frame t (nothing for a value <= 0).
     Returns:
       float [B], the negative log-likelihoods (+inf without a path).
     Raises:
-      ValueError: for shapes that do not match, lengths out of range, or a
-        used label outside [0, V) or equal to `blank`.
+      ValueError: for shapes that do not match, lengths out of range, a
+        used label outside [0, V) or equal to `blank`, or a `delay_penalty`
+        that is not finite.
     Examples:
       >>> import jax.numpy as jnp
       >>> import semiring_jax as sj
@@ -161,8 +216,10 @@ def rnnt_loss_simple(
       >>> print(jnp.round(jnp.exp(-loss), 4))
       [0.0741]
     """
-    args = check_am_lm(am, lm, frame_lengths, labels, label_lengths, blank, "rnnt_loss_simple")
-    return _simple_loss(*args, blank=int(blank), delay_penalty=float(delay_penalty))
+    fn = "rnnt_loss_simple"
+    delay_penalty = fused.check_finite(delay_penalty, "delay_penalty", fn)
+    args = check_am_lm(am, lm, frame_lengths, labels, label_lengths, blank, fn)
+    return _simple_loss(*args, blank=int(blank), delay_penalty=delay_penalty)
 
 
 def _smoothed_moves(
@@ -176,12 +233,14 @@ def _smoothed_moves(
     """k2's smoothed move log-probs: the simple ones, the LM's alone and the
     AM's with a unigram LM (the mean of the LM's distributions over the
     whole padded batch, as k2 takes it), interpolated."""
+    am, lm = _row_shifted(am), _row_shifted(lm)  # none of the moves depends on the shifts
     blank_lp, emit_lp = simple_moves(am, lm, labels, blank)
     (am_probs, am_max), (lm_probs, lm_max) = _shifted_exponentials(am), _shifted_exponentials(lm)
     lm_totals = jnp.sum(lm_probs, axis=2, keepdims=True)  # [B, U+1, 1]
     tiny = jnp.finfo(am.dtype).tiny
     unigram = jnp.mean(lm_probs / lm_totals, axis=(0, 1)) + tiny  # [V]
-    am_only_norm = jnp.log(am_probs @ unigram)[:, :, None] + am_max  # [B, T, 1]
+    am_only_sum = jnp.einsum("btv,v->bt", am_probs, unigram, precision=_HIGHEST)
+    am_only_norm = jnp.log(am_only_sum)[:, :, None] + am_max  # [B, T, 1]
     log_unigram = jnp.log(unigram)
     lm_only_norm = jnp.log(lm_totals) + lm_max  # [B, U+1, 1]
     label_am, label_lm = _label_terms(am, lm, labels)
@@ -238,12 +297,12 @@ def rnnt_loss_smoothed(
     Args:
       am, lm, frame_lengths, labels, label_lengths, blank, delay_penalty: as
         in `rnnt_loss_simple`.
-      lm_only_scale, am_only_scale: the interpolation weights (the simple
-        loss's is 1 minus both).
+      lm_only_scale, am_only_scale: the interpolation weights, finite (the
+        simple loss's is 1 minus both).
     Returns:
       float [B].
     Raises:
-      ValueError: as `rnnt_loss_simple`.
+      ValueError: as `rnnt_loss_simple`, or for a scale that is not finite.
     Examples:
       >>> import jax.numpy as jnp
       >>> import semiring_jax as sj
@@ -252,11 +311,14 @@ def rnnt_loss_smoothed(
       >>> print(jnp.round(jnp.exp(-sj.rnnt_loss_smoothed(am, lm, *args)), 4))
       [0.0741]
     """
-    args = check_am_lm(am, lm, frame_lengths, labels, label_lengths, blank, "rnnt_loss_smoothed")
-    return _smoothed_loss(
-        *args,
-        blank=int(blank),
-        lm_only_scale=float(lm_only_scale),
-        am_only_scale=float(am_only_scale),
-        delay_penalty=float(delay_penalty),
-    )
+    fn = "rnnt_loss_smoothed"
+    scales = {
+        name: fused.check_finite(value, name, fn)
+        for name, value in [
+            ("lm_only_scale", lm_only_scale),
+            ("am_only_scale", am_only_scale),
+            ("delay_penalty", delay_penalty),
+        ]
+    }
+    args = check_am_lm(am, lm, frame_lengths, labels, label_lengths, blank, fn)
+    return _smoothed_loss(*args, blank=int(blank), **scales)

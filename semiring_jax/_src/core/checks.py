@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -74,9 +75,11 @@ def check_int(value: Any, name: str, fn: str, low: int) -> int:
 def check_finite_float(value: Any, name: str, fn: str, low: float | None = None) -> float:
     """A hyper-parameter as a finite Python float (>= `low` if given); a
     ValueError naming `name` otherwise. inf and NaN are refused: they would
-    not fail, only turn every result into inf or NaN."""
+    not fail, only turn every result into inf or NaN (an infinite FastEmit
+    λ gave a finite loss with NaN gradients)."""
     number = float(value)
-    if not np.isfinite(number) or (low is not None and number < low):
-        expected = "a finite float" if low is None else f"a finite float >= {low}"
-        raise ValueError(f"{fn}: {name} must be {expected}, got {number}")
+    if not math.isfinite(number):
+        raise ValueError(f"{fn}: {name} must be finite, got {value}")
+    if low is not None and number < low:
+        raise ValueError(f"{fn}: {name} must be >= {low:g}, got {value}")
     return number

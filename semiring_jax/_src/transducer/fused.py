@@ -21,7 +21,6 @@ other [B, T, W, V] array.
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any
 
 import jax
@@ -31,24 +30,11 @@ from semiring_jax._src.transducer import grid
 from semiring_jax._src.transducer.band import Band
 
 __all__ = [
-    "check_finite",
     "labels_by_position",
     "logits_nll",
     "move_log_probs",
     "with_delay_penalty",
 ]
-
-
-def check_finite(value: Any, name: str, fn: str, at_least: float | None = None) -> float:
-    """A hyper-parameter as a finite float (>= `at_least` if given); a
-    ValueError naming it otherwise (an infinite FastEmit λ gave a finite
-    loss with NaN gradients, an infinite delay penalty -inf or NaN)."""
-    number = float(value)
-    if not math.isfinite(number):
-        raise ValueError(f"{fn}: {name} must be finite, got {value}")
-    if at_least is not None and number < at_least:
-        raise ValueError(f"{fn}: {name} must be >= {at_least:g}, got {value}")
-    return number
 
 
 def with_delay_penalty(

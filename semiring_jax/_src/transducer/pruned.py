@@ -159,5 +159,5 @@ def rnnt_loss_pruned(
         label_lengths,
         ranges,
         blank=int(blank),
-        delay_penalty=fused.check_finite(delay_penalty, "delay_penalty", fn),
+        delay_penalty=checks.check_finite_float(delay_penalty, "delay_penalty", fn),
     )

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy.typing as npt
 
+from semiring_jax._src.core import checks
 from semiring_jax._src.dense.ctc import check_labels
 from semiring_jax._src.dense.dense import check_float_array, check_lengths
 from semiring_jax._src.transducer import band as bands
@@ -110,7 +111,7 @@ def rnnt_loss(
       >>> print(jnp.round(jnp.exp(-loss), 4))  # two paths of three moves each
       [0.0741]
     """
-    lam = fused.check_finite(fastemit_lambda, "fastemit_lambda", "rnnt_loss", at_least=0.0)
+    lam = checks.check_finite_float(fastemit_lambda, "fastemit_lambda", "rnnt_loss", 0.0)
     args = _check_inputs(logits, frame_lengths, labels, label_lengths, blank, "rnnt_loss")
     return _rnnt_loss(*args, blank=int(blank), fastemit_lambda=lam)
 

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy.typing as npt
 
+from semiring_jax._src.core import checks
 from semiring_jax._src.dense.ctc import check_labels
 from semiring_jax._src.dense.dense import check_float_array, check_lengths
 from semiring_jax._src.transducer import band as bands
@@ -217,7 +218,7 @@ def rnnt_loss_simple(
       [0.0741]
     """
     fn = "rnnt_loss_simple"
-    delay_penalty = fused.check_finite(delay_penalty, "delay_penalty", fn)
+    delay_penalty = checks.check_finite_float(delay_penalty, "delay_penalty", fn)
     args = check_am_lm(am, lm, frame_lengths, labels, label_lengths, blank, fn)
     return _simple_loss(*args, blank=int(blank), delay_penalty=delay_penalty)
 
@@ -313,7 +314,7 @@ def rnnt_loss_smoothed(
     """
     fn = "rnnt_loss_smoothed"
     scales = {
-        name: fused.check_finite(value, name, fn)
+        name: checks.check_finite_float(value, name, fn)
         for name, value in [
             ("lm_only_scale", lm_only_scale),
             ("am_only_scale", am_only_scale),

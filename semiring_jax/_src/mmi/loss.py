@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from semiring_jax._src.core import derivatives
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.semiring import LOG
+from semiring_jax._src.core.sharding import per_device
 from semiring_jax._src.dense import arc_scan, dense
 from semiring_jax._src.kernels import dense_ops
 from semiring_jax._src.mmi import leaky
@@ -77,6 +78,7 @@ def _total(graph: Fsa, log_probs: jax.Array, lengths: jax.Array) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnames="leaky_hmm")
+@per_device(lambda *args: [True, False, True, True, False])
 def _mmi_loss(
     num_graphs: Fsa,
     den_graph: Fsa,
@@ -174,4 +176,6 @@ def mmi_loss(
     leaky_hmm = float(leaky_hmm)
     if not leaky_hmm >= 0:
         raise ValueError(f"{fn}: leaky_hmm must be >= 0, got {leaky_hmm}")
-    return _mmi_loss(num_graphs, den_graph, log_probs, lengths, jnp.asarray(den_scale), leaky_hmm)
+    return _mmi_loss(
+        num_graphs, den_graph, log_probs, lengths, jnp.asarray(den_scale), leaky_hmm=leaky_hmm
+    )

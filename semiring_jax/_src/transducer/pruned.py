@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from semiring_jax._src.core import checks
+from semiring_jax._src.core.sharding import per_device
 from semiring_jax._src.dense.ctc import check_labels
 from semiring_jax._src.dense.dense import check_float_array, check_lengths
 from semiring_jax._src.transducer import band as bands
@@ -55,6 +56,7 @@ def _pruned_band(
 
 
 @functools.partial(jax.jit, static_argnames=("blank", "delay_penalty"))
+@per_device(lambda *args: [True] * len(args))
 def _pruned_loss(
     logits: jax.Array,
     frame_lengths: jax.Array,

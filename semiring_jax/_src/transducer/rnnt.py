@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy.typing as npt
 
+from semiring_jax._src.core.sharding import per_device
 from semiring_jax._src.dense.ctc import check_labels
 from semiring_jax._src.dense.dense import check_float_array, check_lengths
 from semiring_jax._src.transducer import band as bands
@@ -47,6 +48,7 @@ def _check_inputs(
 
 
 @functools.partial(jax.jit, static_argnames=("blank", "fastemit_lambda"))
+@per_device(lambda *args: [True] * len(args))
 def _rnnt_loss(
     logits: jax.Array,
     frame_lengths: jax.Array,
@@ -118,6 +120,7 @@ def rnnt_loss(
 
 
 @functools.partial(jax.jit, static_argnames="blank")
+@per_device(lambda *args: [True] * len(args))
 def _rnnt_align(
     logits: jax.Array,
     frame_lengths: jax.Array,

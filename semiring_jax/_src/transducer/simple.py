@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy.typing as npt
 
+from semiring_jax._src.core.sharding import per_device
 from semiring_jax._src.dense.ctc import check_labels
 from semiring_jax._src.dense.dense import check_float_array, check_lengths
 from semiring_jax._src.transducer import band as bands
@@ -112,6 +113,7 @@ def _with_last_position(emit_lp: jax.Array) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnames=("blank", "delay_penalty"))
+@per_device(lambda *args: [True] * len(args))
 def _simple_loss(
     am: jax.Array,
     lm: jax.Array,
@@ -202,6 +204,7 @@ def _smoothed_moves(
 @functools.partial(
     jax.jit, static_argnames=("blank", "lm_only_scale", "am_only_scale", "delay_penalty")
 )
+@per_device(lambda *args: [True] * len(args))
 def _smoothed_loss(
     am: jax.Array,
     lm: jax.Array,

@@ -183,10 +183,11 @@ def rnnt_prune(
 @jax.jit
 @per_device(lambda *args: [True] * len(args))
 def _prune(am: jax.Array, lm: jax.Array, ranges: jax.Array) -> tuple[jax.Array, jax.Array]:
-    entry = jnp.arange(am.shape[0])[:, None, None]
     # One gather straight to [B, T, s_range, C]: through a flat [B, T·s_range]
-    # index, XLA computed the gradient twice, once per shape.
-    lm_pruned = lm[entry, jnp.clip(ranges, 0, lm.shape[1] - 1)]
+    # index, XLA computed the gradient twice, once per shape. Per utterance
+    # (batching dims): an index of entries (arange(B)) would gather the whole
+    # lm onto each device of a sharded batch.
+    lm_pruned = jax.vmap(lambda rows, kept: rows[kept])(lm, jnp.clip(ranges, 0, lm.shape[1] - 1))
     return _repeated(am, ranges.shape[2]), lm_pruned
 
 

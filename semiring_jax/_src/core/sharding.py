@@ -31,9 +31,9 @@ def _explicit_leading_axes(leaf: Any) -> tuple[Any, Any] | None:
     over explicit mesh axes only; None otherwise."""
     if getattr(leaf, "ndim", 0) == 0:
         return None
-    sharding = getattr(jax.typeof(leaf), "sharding", None)
+    sharding: Any = getattr(jax.typeof(leaf), "sharding", None)
     spec = getattr(sharding, "spec", None)
-    if not spec or spec[0] is None:
+    if sharding is None or not spec or spec[0] is None:
         return None
     mesh = sharding.mesh
     names = spec[0] if isinstance(spec[0], tuple) else (spec[0],)
@@ -66,7 +66,7 @@ def _placed(arg: Any, mesh: Any, batched: bool, entry: Any) -> Any:
 
     def place(leaf: Any) -> Any:
         spec = tuple(getattr(getattr(jax.typeof(leaf), "sharding", None), "spec", None) or ())
-        if batched and getattr(leaf, "ndim", 0):
+        if batched and getattr(leaf, "ndim", 0) > 0:
             wanted, rest = P(entry), spec[1:]
             fits = spec[:1] == (entry,)
         else:

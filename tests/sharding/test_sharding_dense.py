@@ -14,14 +14,17 @@ Left out: ctc_graph, ctc_topo, numerator_graphs, denominator_graph build
 graphs on the host; intersect_dense_pruned searches on the host.
 """
 
+import contextlib
 import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import semiring_jax as sj
-from tests.sharding.harness import B, check_op, main, run_in_subprocess
+from tests.sharding.harness import B, check_op, main, meshes, run_in_subprocess
 
 T, V = 12, 6
 
@@ -54,6 +57,36 @@ def check_dense_shared_graph(rng):
         ("dense_occupancy", sj.dense_occupancy),
     ]:
         check_op(name, lambda e, n, op=op: op(graph, e, n), args, diff=(0,))
+
+
+def check_shared_graph_gradient(rng):
+    """The gradient with respect to a graph shared by the batch sums over
+    the utterances: the one collective it needs, and one device's value."""
+    graph = _random_loop_chain(rng)
+    emissions, lengths = _emissions(rng)
+    weights = jnp.arange(B, dtype=jnp.float32)  # a cotangent per utterance
+
+    def grads(weight, emissions, lengths):
+        def loss(weight, emissions):
+            scores = sj.dense_tot_score(graph.replace(weight=weight), emissions, lengths)
+            return jnp.sum(scores * weights)
+
+        return jax.grad(loss, argnums=(0, 1))(weight, emissions)
+
+    want = jax.jit(grads)(graph.weight, emissions, lengths)
+    for kind, mesh in meshes().items():
+        placed = jax.device_put((emissions, lengths), NamedSharding(mesh, P("batch")))
+        for context in [contextlib.nullcontext(), jax.set_mesh(mesh)]:
+            with context:
+                got = jax.jit(grads)(graph.weight, *placed)
+            for name, g, w in zip(["graph weight", "emissions"], got, want):
+                np.testing.assert_allclose(
+                    np.asarray(g),
+                    np.asarray(w),
+                    rtol=1e-5,
+                    atol=1e-5,
+                    err_msg=f"shared graph gradient, {name} ({kind} mesh, {context})",
+                )
 
 
 def check_dense_batched_graph(rng):
@@ -119,6 +152,7 @@ def check_mmi_loss(rng):
 
 CHECKS = [
     check_dense_shared_graph,
+    check_shared_graph_gradient,
     check_dense_batched_graph,
     check_intersect_dense,
     check_ctc,

@@ -3,12 +3,13 @@
 Covered (traced, per utterance): rnnt_loss, rnnt_loss_simple,
 rnnt_loss_smoothed, rnnt_prune_ranges, rnnt_prune, rnnt_loss_pruned, the
 pruned pipeline (ranges from the simple loss, then the pruned loss), and
-rnnt_align. rnnt_loss_smoothed's AM-only term reads a unigram averaged over
-the whole batch (as k2's), so it alone needs a collective (an all-reduce of
-[V]); it must still equal one device's. Each runs through `harness.check_op`: explicit- and auto-axis
+rnnt_align. Each runs through `harness.check_op`: explicit- and auto-axis
 meshes, `jax.set_mesh`, and `jax.shard_map`, value and gradient equal to one
 device, outputs split by batch, no collective (no gather of `lm` or of index
-tables: each utterance's pruned window is built where it lives).
+tables: each utterance's pruned window is built where it lives). But
+rnnt_loss_smoothed's AM-only term reads a unigram averaged over the whole
+batch (as k2's), so it needs one collective (an all-reduce of [V]); it must
+still equal one device's.
 """
 
 import sys

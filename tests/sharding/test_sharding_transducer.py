@@ -9,7 +9,7 @@ device, outputs split by batch, no collective (no gather of `lm` or of index
 tables: each utterance's pruned window is built where it lives). But
 rnnt_loss_smoothed's AM-only term reads a unigram averaged over the whole
 batch (as k2's), so it needs one collective (an all-reduce of [V]); it must
-still equal one device's.
+still equal one device's (inside `jax.shard_map` the batch is the device's).
 """
 
 import sys
@@ -67,6 +67,9 @@ def check_rnnt_loss_simple(rng):
         args,
         diff=(0, 1),
         collectives=("all-reduce",),
+        # Inside shard_map the unigram is the device's utterances' (as k2's
+        # under data parallelism, one batch per process).
+        shard_map=False,
     )
 
 

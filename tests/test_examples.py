@@ -82,7 +82,7 @@ def test_readme_quick_start_is_the_example_and_prints_what_it_shows(tmp_path):
     assert [line for line in shown.splitlines() if line not in printed] == []
 
 
-@pytest.mark.slow  # ~17 s; tests/dense/test_sharding.py checks the sharded CTC loss itself
+@pytest.mark.slow  # ~17 s; tests/sharding/ checks the sharded CTC loss itself
 def test_ctc_training_sharded_over_4_devices():
     stdout = _run_script(
         "ctc_training",

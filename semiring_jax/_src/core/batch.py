@@ -15,6 +15,7 @@ from semiring_jax._src.core import checks
 from semiring_jax._src.core.fsa import Entry, Fsa, assemble, build_tables, is_built
 from semiring_jax._src.core.host import build, levels, schedule_tables
 from semiring_jax._src.core.schedule import Schedule
+from semiring_jax._src.core.sharding import per_device
 
 __all__ = [
     "batch_entries",
@@ -33,7 +34,10 @@ def map_batch(fn: Callable[..., Any], fsa: Fsa, *args: Any) -> Any:
     mapped = fn
     for _ in fsa.batch_shape:
         mapped = jax.vmap(mapped, in_axes=(0,) + (None,) * len(args))
-    return mapped(fsa, *args)
+    # `args` are shared by the batch (in_axes None).
+    return per_device(lambda fsa, *args: [bool(fsa.batch_shape)] + [False] * len(args))(mapped)(
+        fsa, *args
+    )
 
 
 @functools.cache

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from semiring_jax._src.core import checks
+from semiring_jax._src.core.sharding import per_device, varying_like
 from semiring_jax._src.dense.dense import as_array, dtype_of
 
 __all__ = ["edit_distance"]
@@ -80,6 +81,7 @@ def check_label_range(
 
 
 @jax.jit
+@per_device(lambda *args: [True] * len(args))
 def _distances(
     hyp: jax.Array, hyp_lengths: jax.Array, ref: jax.Array, ref_lengths: jax.Array
 ) -> jax.Array:
@@ -102,6 +104,8 @@ def _distances(
         return jnp.where((index < hyp_lengths)[:, None], new, row), None
 
     positions = jnp.arange(hyp.shape[1], dtype=jnp.int32)
+    # Inside jax.shard_map the sequences are per device, the first row not.
+    first_row = varying_like(first_row, hyp, ref, hyp_lengths)
     row, _ = jax.lax.scan(step, first_row, (positions, hyp.T))
     return jnp.take_along_axis(row, ref_lengths[:, None], axis=1)[:, 0]
 

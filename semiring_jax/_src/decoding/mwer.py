@@ -19,6 +19,7 @@ import numpy as np
 
 from semiring_jax._src.core import checks
 from semiring_jax._src.core.fsa import Fsa
+from semiring_jax._src.core.sharding import per_device
 from semiring_jax._src.decoding.edit_distance import check_label_range, edit_distance
 from semiring_jax._src.decoding.nbest import nbest
 from semiring_jax._src.decoding.sampling import sample_paths
@@ -61,6 +62,7 @@ def _expected_errors(
 
 
 @jax.jit
+@per_device(lambda *args: [True, True, True, False])
 def _loss(paths: Fsa, ref: jax.Array, ref_lengths: jax.Array, temperature: jax.Array) -> jax.Array:
     batch, num_paths = paths.batch_shape
     scores = tot_score(paths)  # [B, n]; a path's only path

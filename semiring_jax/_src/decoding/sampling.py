@@ -24,6 +24,7 @@ import numpy as np
 from semiring_jax._src.core import derivatives
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.semiring import LOG
+from semiring_jax._src.core.sharding import per_device
 from semiring_jax._src.scores import level_scan
 from semiring_jax._src.scores.best_path import path_as_chain
 from semiring_jax._src.scores.tot_score import check_scorable, final_weights
@@ -141,7 +142,9 @@ def _sample(fsa: Fsa, key: jax.Array, num_paths: int) -> Fsa:
     for _ in fsa.batch_shape:
         mapped = jax.vmap(mapped)
     keys = jax.random.split(key, fsa.batch_shape) if fsa.batch_shape else key
-    return mapped(fsa, keys)
+    # The keys are split for the whole batch first: a device's entries get
+    # the keys they get on one device.
+    return per_device(lambda fsa, keys: [bool(fsa.batch_shape)] * 2)(mapped)(fsa, keys)
 
 
 def sample_paths(fsa: Fsa, key: jax.Array, num_paths: int) -> Fsa:

@@ -26,6 +26,7 @@ from semiring_jax._src.core import checks, derivatives
 from semiring_jax._src.core.fsa import Fsa, assemble
 from semiring_jax._src.core.host import build
 from semiring_jax._src.core.semiring import LOG
+from semiring_jax._src.core.sharding import per_device
 from semiring_jax._src.dense import frame_scan
 from semiring_jax._src.dense.dense import (
     as_array,
@@ -430,6 +431,7 @@ def _op(blank: int) -> derivatives.ScoreOp:
 
 
 @functools.partial(jax.jit, static_argnames=("blank", "zero_infinity"))
+@per_device(lambda *args: [True] * len(args))
 def _ctc_loss(
     log_probs: jax.Array,
     input_lengths: jax.Array,
@@ -564,6 +566,7 @@ def ctc_loss(
 
 
 @functools.partial(jax.jit, static_argnames="blank")
+@per_device(lambda *args: [True] * len(args))
 def _forced_align(
     log_probs: jax.Array,
     input_lengths: jax.Array,

@@ -23,6 +23,7 @@ from semiring_jax._src.core import checks, derivatives, records
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.host import messages
 from semiring_jax._src.core.semiring import LOG, TROPICAL, Semiring, lifted
+from semiring_jax._src.core.sharding import per_device
 from semiring_jax._src.dense import arc_scan, frame_scan
 from semiring_jax._src.dense.slots import Slots, Tree
 from semiring_jax._src.kernels import dense_ops
@@ -324,6 +325,7 @@ def kernel_total(
 
 
 @functools.partial(jax.jit, static_argnames="semiring")
+@per_device(lambda graph, *rest: [bool(graph.batch_shape), True, True] + [False] * len(rest[2:]))
 def _dense_tot_score(
     graph: Fsa, emissions: jax.Array, lengths: jax.Array, semiring: Semiring
 ) -> jax.Array:
@@ -405,6 +407,7 @@ def dense_tot_score(
 
 
 @jax.jit
+@per_device(lambda graph, *rest: [bool(graph.batch_shape), True, True] + [False] * len(rest[2:]))
 def _viterbi_decode(
     graph: Fsa, emissions: jax.Array, lengths: jax.Array
 ) -> tuple[jax.Array, jax.Array]:

@@ -18,6 +18,7 @@ import numpy.typing as npt
 from semiring_jax._src.core.batch import stack_entries
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.host import levels
+from semiring_jax._src.core.sharding import per_device
 from semiring_jax._src.dense.dense import check_inputs
 from semiring_jax._src.dense.host import lattice_structure
 from semiring_jax._src.structural.arc_map import parts_of, placeholder
@@ -160,14 +161,35 @@ def lattice_batch(
         arc[b, :count] = real_arcs[entry][f.arc]
         frame[b, :count], label[b, :count] = f.frame, parts[b].ilabel[f.arc]
         state[b, : f.final_state.size] = np.maximum(f.final_state, 0)
-    rows = np.arange(len(found), dtype=np.int32)[:, None]
+    masks = (np.asarray(stacked.arc_mask), np.asarray(stacked.final_mask))
+    weight, final_weight = _weights(graph, emissions, arc, frame, label, state, *masks)
+    return stacked.replace(weight=weight, final_weight=final_weight)
+
+
+@jax.jit
+@per_device(lambda graph, *rest: [bool(graph.batch_shape)] + [True] * len(rest))
+def _weights(
+    graph: Fsa,
+    emissions: jax.Array,
+    arc: jax.Array,
+    frame: jax.Array,
+    label: jax.Array,
+    state: jax.Array,
+    arc_mask: jax.Array,
+    final_mask: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
+    """The lattices' arc weights [B, M] (graph arc `arc` plus the emission
+    at (`frame`, `label`)) and final weights [B, N] (graph state `state`).
+    Gathers per utterance (batching dims): an index of entries would gather
+    the whole batch onto each device of a sharded batch."""
     if graph.batch_shape:
-        graph_weight, graph_final = graph.weight[rows, arc], graph.final_weight[rows, state]
+        graph_weight = jax.vmap(lambda row, index: row[index])(graph.weight, arc)
+        graph_final = jax.vmap(lambda row, index: row[index])(graph.final_weight, state)
     else:
         graph_weight, graph_final = graph.weight[arc], graph.final_weight[state]
-    weight = jnp.where(stacked.arc_mask, graph_weight + emissions[rows, frame, label], -jnp.inf)
-    final_weight = jnp.where(stacked.final_mask, graph_final, -jnp.inf)
-    return stacked.replace(weight=weight, final_weight=final_weight)
+    emitted = jax.vmap(lambda scores, at, column: scores[at, column])(emissions, frame, label)
+    weight = jnp.where(arc_mask, graph_weight + emitted, -jnp.inf)
+    return weight, jnp.where(final_mask, graph_final, -jnp.inf)
 
 
 def _no_entries(graph: Fsa) -> Fsa:

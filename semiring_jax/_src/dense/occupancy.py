@@ -22,6 +22,7 @@ import numpy as np
 from semiring_jax._src.core import checks
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.semiring import LOG, Semiring, check_float_semiring
+from semiring_jax._src.core.sharding import per_device
 from semiring_jax._src.dense.dense import check_inputs, dense_tot_score
 
 __all__ = ["dense_occupancy"]
@@ -109,6 +110,7 @@ def _emission_grad(
 
 
 @functools.partial(jax.jit, static_argnames="semiring")
+@per_device(lambda graph, *rest: [bool(graph.batch_shape), True, True] + [False] * len(rest[2:]))
 def _label_occupancy(
     graph: Fsa, emissions: jax.Array, lengths: jax.Array, semiring: Semiring
 ) -> jax.Array:
@@ -116,6 +118,7 @@ def _label_occupancy(
 
 
 @functools.partial(jax.jit, static_argnames="semiring")
+@per_device(lambda graph, *rest: [bool(graph.batch_shape), True, True, True, True, False])
 def _state_occupancy(
     pair_graph: Fsa,
     emissions: jax.Array,

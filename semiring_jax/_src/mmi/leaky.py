@@ -23,6 +23,7 @@ import jax.numpy as jnp
 
 from semiring_jax._src.core import checks
 from semiring_jax._src.core.fsa import Fsa
+from semiring_jax._src.core.sharding import varying_like
 from semiring_jax._src.kernels import dense_ops
 
 __all__ = ["initial_probs", "scan_value_and_grads"]
@@ -125,7 +126,9 @@ def _one_total(
 
     frames = jnp.arange(emissions.shape[0], dtype=jnp.int32)
     zero = jnp.zeros((), emissions.dtype)
-    (alpha, shift), _ = jax.lax.scan(step, (_leak(start, log_leak), zero), (frames, emissions))
+    # Inside jax.shard_map the emissions are per device, the shared graph not.
+    init = varying_like((_leak(start, log_leak), zero), emissions, length)
+    (alpha, shift), _ = jax.lax.scan(step, init, (frames, emissions))
     return shift + _log_sum(alpha + final_weight)
 
 

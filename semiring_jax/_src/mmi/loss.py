@@ -20,6 +20,7 @@ import numpy as np
 from semiring_jax._src.core import checks, derivatives
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.semiring import LOG
+from semiring_jax._src.core.sharding import per_device
 from semiring_jax._src.dense import arc_scan, dense
 from semiring_jax._src.kernels import dense_ops
 from semiring_jax._src.mmi import leaky
@@ -100,6 +101,7 @@ def _frame_shift(log_probs: jax.Array, lengths: jax.Array) -> tuple[jax.Array, j
 
 
 @functools.partial(jax.jit, static_argnames="leaky_hmm")
+@per_device(lambda *args: [True, False, True, True, False])
 def _mmi_loss(
     num_graphs: Fsa,
     den_graph: Fsa,
@@ -210,4 +212,6 @@ def mmi_loss(
     # den_scale may be traced (a schedule inside jit): checked when concrete.
     if not checks.is_traced(den_scale) and not np.all(np.isfinite(np.asarray(den_scale, float))):
         raise ValueError(f"{fn}: den_scale must be finite, got {den_scale}")
-    return _mmi_loss(num_graphs, den_graph, log_probs, lengths, jnp.asarray(den_scale), leaky_hmm)
+    return _mmi_loss(
+        num_graphs, den_graph, log_probs, lengths, jnp.asarray(den_scale), leaky_hmm=leaky_hmm
+    )

@@ -35,6 +35,7 @@ import numpy as np
 from semiring_jax._src.core import checks, compensated, derivatives
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.semiring import LOG, Semiring, lifted
+from semiring_jax._src.core.sharding import per_device
 from semiring_jax._src.kernels import loader, score_ops
 from semiring_jax._src.scores import tot_score as scores
 
@@ -229,6 +230,7 @@ def entropy(fsa: Fsa) -> jax.Array:
 def _over_batch(fn: Any) -> Any:
     """`fn` mapped over the batch axes of all its Fsa arguments, jitted."""
 
+    @per_device(lambda *fsas: [bool(fsas[0].batch_shape)] * len(fsas))
     def mapped(*fsas: Fsa) -> Any:
         op = fn
         for _ in fsas[0].batch_shape:

@@ -46,7 +46,10 @@ def _top(values: jax.Array, k: int) -> jax.Array:
     if values.shape[-1] < k:
         pad = jnp.full((*values.shape[:-1], k - values.shape[-1]), -jnp.inf, values.dtype)
         values = jnp.concatenate([values, pad], axis=-1)
-    return jax.lax.top_k(values, k)[0]
+    # A sort, not jax.lax.top_k: XLA does not split top_k along a sharded
+    # batch (it gathers the batch onto each device); the sort puts NaN last,
+    # so reversed it comes first, as top_k ranks it.
+    return jnp.flip(jnp.sort(values, axis=-1)[..., values.shape[-1] - k :], axis=-1)
 
 
 def _pairs(k: int) -> tuple[np.ndarray, np.ndarray]:

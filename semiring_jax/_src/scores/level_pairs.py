@@ -29,6 +29,7 @@ from semiring_jax._src.core import compensated
 from semiring_jax._src.core.array_types import ArrayLeaf
 from semiring_jax._src.core.compensated import Pair
 from semiring_jax._src.core.schedule import Schedule
+from semiring_jax._src.core.sharding import varying_like
 from semiring_jax._src.scores import level_scan
 
 __all__ = ["backward", "forward", "log_gradients", "total", "tropical_gradients"]
@@ -67,10 +68,11 @@ def forward(schedule: Schedule, weight: ArrayLeaf, *, tropical: bool) -> tuple[P
         return alpha, choice
 
     hi = _append(jnp.full((steps * width,), _NEG_INF, weight.dtype), _NEG_INF, 0.0)
+    xs = (schedule.in_src_pos, in_weight)
     alpha, choices = jax.lax.scan(
         step,
-        (hi, jnp.zeros_like(hi)),
-        (jnp.arange(steps, dtype=jnp.int32), (schedule.in_src_pos, in_weight)),
+        varying_like((hi, jnp.zeros_like(hi)), xs),  # inside jax.shard_map xs are per device
+        (jnp.arange(steps, dtype=jnp.int32), xs),
     )
     return alpha, choices
 
@@ -99,10 +101,11 @@ def backward(
         return beta, None
 
     hi = jnp.full((steps * width + 1,), _NEG_INF, weight.dtype)
+    xs = (schedule.out_dst_pos, out_weight, final)
     beta, _ = jax.lax.scan(
         step,
-        (hi, jnp.zeros_like(hi)),
-        (jnp.arange(steps, dtype=jnp.int32), (schedule.out_dst_pos, out_weight, final)),
+        varying_like((hi, jnp.zeros_like(hi)), xs),  # inside jax.shard_map xs are per device
+        (jnp.arange(steps, dtype=jnp.int32), xs),
         reverse=True,
     )
     return beta

@@ -23,6 +23,7 @@ from semiring_jax._src.core import records
 from semiring_jax._src.core.array_types import ArrayLeaf
 from semiring_jax._src.core.schedule import Schedule
 from semiring_jax._src.core.semiring import Semiring
+from semiring_jax._src.core.sharding import varying_like
 
 __all__ = [
     "augmented",
@@ -57,6 +58,7 @@ StepFn = Callable[[jax.Array, tuple[jax.Array, Any]], tuple[jax.Array, Any]]
 
 def _step_scan(step: StepFn, init: Any, xs: Any, *, reverse: bool) -> tuple[Any, Any]:
     steps = jax.tree_util.tree_leaves(xs)[0].shape[0]
+    init = varying_like(init, xs)  # inside jax.shard_map, xs are per device
     return jax.lax.scan(step, init, (jnp.arange(steps, dtype=jnp.int32), xs), reverse=reverse)
 
 

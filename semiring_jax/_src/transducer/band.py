@@ -74,12 +74,19 @@ def full_grid(batch: int, num_frames: int, num_positions: int) -> Band:
     return Band(None, jnp.clip(frame, 0, num_frames), valid, None, None)
 
 
+def _at_frames(rows: jax.Array, frame: jax.Array) -> jax.Array:
+    """rows [B, R] read at frame [N, B, W]: [N, B, W]. A gather per
+    utterance (batching dims), not through an index of entries: with the
+    batch sharded, the latter gathers the whole batch onto each device."""
+    return jax.vmap(lambda row, index: row[index], in_axes=(0, 1), out_axes=1)(rows, frame)
+
+
 def from_starts(starts: jax.Array, num_positions: int, width: int) -> Band:
     """The band of width W from starts [B, T + 1] that rise by >= 0 a frame
     (the caller's to ensure: t + s_t must increase strictly), the layout
     [T + U + 1, B, W] for U + 1 = `num_positions` (positions past U are
     no nodes: their cells are not valid)."""
-    batch, num_rows = starts.shape
+    _, num_rows = starts.shape
     num_frames = num_rows - 1
     num_diagonals = num_frames + num_positions
     # Cell (n, k) holds the frame t with t + s_t = n - k, if there is one.
@@ -90,14 +97,13 @@ def from_starts(starts: jax.Array, num_positions: int, width: int) -> Band:
     )  # [N, W]
     frame = jax.vmap(lambda row: jnp.searchsorted(row, target).astype(jnp.int32))(offsets)
     frame = jnp.clip(jnp.moveaxis(frame, 0, 1), 0, num_frames)  # [N, B, W]
-    entry = jnp.arange(batch, dtype=jnp.int32)[None, :, None]
     position = jnp.arange(width, dtype=jnp.int32)[None, None, :]
     # A node past u = U is no node of the grid (a window may overhang it).
-    in_grid = starts[entry, frame] + position < num_positions
-    valid = (offsets[entry, frame] == target[:, None, :]) & in_grid
+    in_grid = _at_frames(starts, frame) + position < num_positions
+    valid = (_at_frames(offsets, frame) == target[:, None, :]) & in_grid
     rise = jnp.diff(starts, axis=1)  # [B, T]: s_{t+1} - s_t
-    rise_into = jnp.pad(rise, ((0, 0), (1, 0)))[entry, frame]  # s_t - s_{t-1} (0 at t = 0)
-    rise_out = jnp.pad(rise, ((0, 0), (0, 1)))[entry, frame]  # s_{t+1} - s_t (0 at t = T)
+    rise_into = _at_frames(jnp.pad(rise, ((0, 0), (1, 0))), frame)  # s_t - s_{t-1} (0 at t = 0)
+    rise_out = _at_frames(jnp.pad(rise, ((0, 0), (0, 1))), frame)  # s_{t+1} - s_t (0 at t = T)
     come_from = position + rise_into
     blank_from = jnp.where(valid & (frame > 0) & (come_from < width), come_from, width)
     go_to = position - rise_out

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from semiring_jax._src.core import checks
+from semiring_jax._src.core.sharding import per_device
 from semiring_jax._src.dense.ctc import check_labels
 from semiring_jax._src.dense.dense import check_float_array, check_lengths
 from semiring_jax._src.transducer import band as bands
@@ -55,6 +56,7 @@ def _pruned_band(
 
 
 @functools.partial(jax.jit, static_argnames=("blank", "delay_penalty"))
+@per_device(lambda *args: [True] * len(args))
 def _pruned_loss(
     logits: jax.Array,
     frame_lengths: jax.Array,
@@ -64,12 +66,14 @@ def _pruned_loss(
     blank: int,
     delay_penalty: float,
 ) -> jax.Array:
-    batch = logits.shape[0]
     num_positions = labels.shape[1] + 1
     band, ok = _pruned_band(ranges, frame_lengths, num_positions)
-    entry = jnp.arange(batch)[:, None, None]
     by_position = fused.labels_by_position(labels, blank)
-    label_at = by_position[entry, jnp.clip(ranges, 0, num_positions - 1)]  # [B, T, s_range]
+    # Per utterance (batching dims): an index of entries would gather the
+    # whole batch onto each device of a sharded batch.
+    label_at = jax.vmap(lambda row, kept: row[kept])(
+        by_position, jnp.clip(ranges, 0, num_positions - 1)
+    )  # [B, T, s_range]
     nll = fused.logits_nll(
         logits, label_at, frame_lengths, label_lengths, band, blank, 0.0, delay_penalty
     )

@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from semiring_jax._src.core import checks
+from semiring_jax._src.core.sharding import per_device
 from semiring_jax._src.dense.ctc import check_int
 from semiring_jax._src.dense.dense import as_array, check_float_array, dtype_of
 from semiring_jax._src.transducer import band as bands
@@ -43,6 +44,7 @@ def _adjusted_lower_bound(s_begin: jax.Array, s_range: int) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnames=("s_range", "blank"))
+@per_device(lambda *args: [True] * len(args))
 def _prune_ranges(
     am: jax.Array,
     lm: jax.Array,
@@ -197,10 +199,17 @@ def rnnt_prune(
     ranges = check_ranges(ranges, am.shape[0], am.shape[1], lm.shape[1] - 1, fn)
     if lm.shape[0] != am.shape[0] or lm.shape[2] != am.shape[2]:
         raise ValueError(f"{fn}: lm {lm.shape} does not match am {am.shape}: expected [B, U+1, C]")
-    entry = jnp.arange(am.shape[0])[:, None, None]
+    return _prune(am, lm, ranges)
+
+
+@jax.jit
+@per_device(lambda *args: [True] * len(args))
+def _prune(am: jax.Array, lm: jax.Array, ranges: jax.Array) -> tuple[jax.Array, jax.Array]:
     # One gather straight to [B, T, s_range, C]: through a flat [B, T·s_range]
-    # index, XLA computed the gradient twice, once per shape.
-    lm_pruned = lm[entry, jnp.clip(ranges, 0, lm.shape[1] - 1)]
+    # index, XLA computed the gradient twice, once per shape. Per utterance
+    # (batching dims): an index of entries (arange(B)) would gather the whole
+    # lm onto each device of a sharded batch.
+    lm_pruned = jax.vmap(lambda rows, kept: rows[kept])(lm, jnp.clip(ranges, 0, lm.shape[1] - 1))
     return _repeated(am, ranges.shape[2]), lm_pruned
 
 

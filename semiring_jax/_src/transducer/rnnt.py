@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy.typing as npt
 
 from semiring_jax._src.core import checks
+from semiring_jax._src.core.sharding import per_device
 from semiring_jax._src.dense.ctc import check_labels
 from semiring_jax._src.dense.dense import check_float_array, check_lengths
 from semiring_jax._src.transducer import band as bands
@@ -48,6 +49,7 @@ def _check_inputs(
 
 
 @functools.partial(jax.jit, static_argnames=("blank", "fastemit_lambda"))
+@per_device(lambda *args: [True] * len(args))
 def _rnnt_loss(
     logits: jax.Array,
     frame_lengths: jax.Array,
@@ -117,6 +119,7 @@ def rnnt_loss(
 
 
 @functools.partial(jax.jit, static_argnames="blank")
+@per_device(lambda *args: [True] * len(args))
 def _rnnt_align(
     logits: jax.Array,
     frame_lengths: jax.Array,
@@ -138,7 +141,6 @@ def _rnnt_align(
     best, _ = grid.log_likelihood(
         band, (scores, jnp.zeros_like(scores)), frame_lengths, label_lengths
     )
-    batch = jnp.arange(logits.shape[0])
     num_labels = labels.shape[1]
 
     def back(position: jax.Array, diagonal: jax.Array) -> tuple[jax.Array, Any]:
@@ -156,7 +158,11 @@ def _rnnt_align(
     # emitted[n, b] is the frame of label positions[n, b] (1-based) or -1.
     slot = jnp.where(emitted >= 0, positions - 1, num_labels)  # [N, B]
     frames = jnp.full((logits.shape[0], num_labels + 1), -1, jnp.int32)
-    frames = frames.at[batch[None, :], slot].max(emitted.astype(jnp.int32))
+    # A scatter per utterance (batching dims): through an index of entries
+    # a sharded batch would be summed over devices.
+    frames = jax.vmap(lambda row, at, value: row.at[at].max(value), in_axes=(0, 1, 1))(
+        frames, slot, emitted.astype(jnp.int32)
+    )
     frames = frames[:, :num_labels]
     reachable = jnp.isfinite(best)
     return jnp.where(reachable[:, None], frames, -1), best

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy.typing as npt
 
 from semiring_jax._src.core import checks
+from semiring_jax._src.core.sharding import per_device
 from semiring_jax._src.dense.ctc import check_labels
 from semiring_jax._src.dense.dense import check_float_array, check_lengths
 from semiring_jax._src.transducer import band as bands
@@ -167,6 +168,7 @@ def _with_last_position(emit_lp: jax.Array) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnames=("blank", "delay_penalty"))
+@per_device(lambda *args: [True] * len(args))
 def _simple_loss(
     am: jax.Array,
     lm: jax.Array,
@@ -227,19 +229,18 @@ def _smoothed_moves(
     am: jax.Array,
     lm: jax.Array,
     labels: jax.Array,
+    unigram: jax.Array,
     blank: int,
     lm_only_scale: float,
     am_only_scale: float,
 ) -> tuple[jax.Array, jax.Array]:
     """k2's smoothed move log-probs: the simple ones, the LM's alone and the
     AM's with a unigram LM (the mean of the LM's distributions over the
-    whole padded batch, as k2 takes it), interpolated."""
+    whole padded batch, as k2 takes it: `unigram`), interpolated."""
     am, lm = _row_shifted(am), _row_shifted(lm)  # none of the moves depends on the shifts
     blank_lp, emit_lp = simple_moves(am, lm, labels, blank)
     (am_probs, am_max), (lm_probs, lm_max) = _shifted_exponentials(am), _shifted_exponentials(lm)
     lm_totals = jnp.sum(lm_probs, axis=2, keepdims=True)  # [B, U+1, 1]
-    tiny = jnp.finfo(am.dtype).tiny
-    unigram = jnp.mean(lm_probs / lm_totals, axis=(0, 1)) + tiny  # [V]
     am_only_sum = jnp.einsum("btv,v->bt", am_probs, unigram, precision=_HIGHEST)
     am_only_norm = jnp.log(am_only_sum)[:, :, None] + am_max  # [B, T, 1]
     log_unigram = jnp.log(unigram)
@@ -259,6 +260,15 @@ def _smoothed_moves(
     return blank_lp, emit_lp
 
 
+def _unigram(lm: jax.Array) -> jax.Array:
+    """float [V]: the mean of the LM's distributions over the whole padded
+    batch, as k2 takes it (+ tiny, so that its log is finite); the one value
+    that couples the utterances (an all-reduce of [V] on a sharded batch)."""
+    lm_probs, _ = _shifted_exponentials(lm)
+    lm_totals = jnp.sum(lm_probs, axis=2, keepdims=True)  # [B, U+1, 1]
+    return jnp.mean(lm_probs / lm_totals, axis=(0, 1)) + jnp.finfo(lm.dtype).tiny
+
+
 @functools.partial(
     jax.jit, static_argnames=("blank", "lm_only_scale", "am_only_scale", "delay_penalty")
 )
@@ -273,7 +283,37 @@ def _smoothed_loss(
     am_only_scale: float,
     delay_penalty: float,
 ) -> jax.Array:
-    blank_lp, emit_lp = _smoothed_moves(am, lm, labels, blank, lm_only_scale, am_only_scale)
+    # The unigram is taken over the whole batch before the per-device part,
+    # which would otherwise average each device's utterances alone.
+    static = {"blank": blank, "lm_only_scale": lm_only_scale, "am_only_scale": am_only_scale}
+    return _smoothed_per_utterance(
+        am,
+        lm,
+        frame_lengths,
+        labels,
+        label_lengths,
+        _unigram(lm),
+        **static,
+        delay_penalty=delay_penalty,
+    )
+
+
+@per_device(lambda *args: [True] * 5 + [False])
+def _smoothed_per_utterance(
+    am: jax.Array,
+    lm: jax.Array,
+    frame_lengths: jax.Array,
+    labels: jax.Array,
+    label_lengths: jax.Array,
+    unigram: jax.Array,
+    blank: int,
+    lm_only_scale: float,
+    am_only_scale: float,
+    delay_penalty: float,
+) -> jax.Array:
+    blank_lp, emit_lp = _smoothed_moves(
+        am, lm, labels, unigram, blank, lm_only_scale, am_only_scale
+    )
     emit_lp = fused.with_delay_penalty(emit_lp, frame_lengths, delay_penalty)
     return _full_nll(blank_lp, emit_lp, frame_lengths, label_lengths)
 

@@ -219,6 +219,39 @@ def test_align_scores_nan_where_the_loss_is_nan():
         np.testing.assert_array_equal(frames[0], -1)
 
 
+def test_align_score_gradient_is_the_returned_alignments_at_ties():
+    # Zero logits tie every alignment: the score's gradient must be that of
+    # the one path returned (blank first), not an average over the tied ones.
+    logits = np.zeros((1, 3, 2, 3))
+    lengths = (np.array([3]), np.array([[2]]), np.array([1]))
+
+    def path_score(x, frame):
+        log_probs = jax.nn.log_softmax(x[0], axis=-1)  # [T, U+1, V]
+        blanks = [(t, 0) for t in range(frame)] + [(t, 1) for t in range(frame, 3)]
+        return log_probs[frame, 0, 2] + sum(log_probs[t, u, 0] for t, u in blanks)
+
+    def align_grad(x):
+        frames = sj.rnnt_align(x, *lengths)[0]
+        return frames, jax.grad(lambda y: sj.rnnt_align(y, *lengths)[1].sum())(x)
+
+    for frames, grad in both_paths(align_grad, logits):
+        assert 0 <= frames[0, 0] < 3
+        want = jax.grad(path_score)(logits, int(frames[0, 0]))
+        np.testing.assert_allclose(grad, want, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.int16, np.uint32, np.int64, np.uint64])
+def test_traced_ranges_of_any_integer_dtype_keep_their_values(dtype):
+    rng = np.random.default_rng(5)
+    am, lm = rng.normal(size=(1, 4, 5)), rng.normal(size=(1, 3, 5))
+    ranges = np.array([[[0, 1], [0, 1], [1, 2], [1, 2]]])
+    want = sj.rnnt_prune(am, lm, ranges.astype(np.int32))
+    with jax.enable_x64(True):
+        got = jax.jit(lambda r: sj.rnnt_prune(am, lm, r))(ranges.astype(dtype))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
 def test_ranges_outside_int32_are_refused_not_wrapped():
     am, lm = np.zeros((1, 3, 4)), np.zeros((1, 3, 4))
     ranges = np.broadcast_to(np.arange(2), (1, 3, 2)) + np.int64(2**32)  # would wrap to 0, 1

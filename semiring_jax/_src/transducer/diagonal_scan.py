@@ -172,10 +172,13 @@ def best_forward(
         by_blank = alpha + blank_n
         by_label = shift_right(alpha + emit_n, -jnp.inf)
         came_by_label = by_label > by_blank
-        # jnp.maximum, not a where on the comparison: a NaN on either side
-        # compares False and was dropped, a finite best score where the
-        # loss is NaN.
-        return jnp.maximum(by_blank, by_label), (alpha, came_by_label)
+        # A NaN label move is taken too: it compares False and was dropped,
+        # a finite best score where the loss is NaN (a NaN blank move is
+        # taken as it is). Not jnp.maximum: it splits the derivative at a
+        # tie, and the score's gradient must be the indicator of the
+        # returned (blank-first) alignment.
+        best = jnp.where(came_by_label | jnp.isnan(by_label), by_label, by_blank)
+        return best, (alpha, came_by_label)
 
     initial = varying_like(blank, start)
     last, (scores, choices) = jax.lax.scan(step, initial, (blank[:-1], emit[:-1]))

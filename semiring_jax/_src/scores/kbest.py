@@ -46,10 +46,11 @@ def _top(values: jax.Array, k: int) -> jax.Array:
     if values.shape[-1] < k:
         pad = jnp.full((*values.shape[:-1], k - values.shape[-1]), -jnp.inf, values.dtype)
         values = jnp.concatenate([values, pad], axis=-1)
-    # A sort, not jax.lax.top_k: XLA does not split top_k along a sharded
-    # batch (it gathers the batch onto each device); the sort puts NaN last,
-    # so reversed it comes first, as top_k ranks it.
-    return jnp.flip(jnp.sort(values, axis=-1)[..., values.shape[-1] - k :], axis=-1)
+    # jax.lax.top_k, not a sort: a sort of each row was 10-17x slower on
+    # the scan (CPU, k = 16). XLA does not split top_k along a batch that
+    # an auto-axis mesh shards (it gathers the batch onto each device); on
+    # an explicit-axis mesh each device runs its own part (`per_device`).
+    return jax.lax.top_k(values, k)[0]
 
 
 def _pairs(k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -164,16 +164,16 @@ def check_ranges(
                 f"got values in [{values.min()}, {values.max()}]"
             )
         return jnp.asarray(values.astype(np.int32))  # in [0, U]: no value changes
-    dtype = dtype_of(ranges)
+    traced, dtype = jnp.asarray(ranges), dtype_of(ranges)
     if np.can_cast(dtype, np.int32):
-        return ranges.astype(jnp.int32)
+        return traced.astype(jnp.int32)
     # Traced wider ones are clipped to int32 before the cast, not wrapped:
     # past it, consecutive positions collapse into one (the pruned loss's
     # NaN), where 2**32 + k would have become k. The bounds are cast to the
     # ranges' dtype, so an unsigned one is clipped from 0.
     int32 = np.iinfo(np.int32)
     low = 0 if np.issubdtype(dtype, np.unsignedinteger) else int32.min
-    return jnp.clip(ranges, low, int32.max).astype(jnp.int32)
+    return jnp.clip(traced, low, int32.max).astype(jnp.int32)
 
 
 def rnnt_prune(

@@ -45,6 +45,7 @@ from jax.typing import DTypeLike
 
 from semiring_jax._src.core import derivatives, records
 from semiring_jax._src.core.semiring import Semiring
+from semiring_jax._src.core.sharding import varying_like
 from semiring_jax._src.dense import log_frame_scan
 from semiring_jax._src.dense.slots import (
     Slots,
@@ -53,7 +54,6 @@ from semiring_jax._src.dense.slots import (
     num_states,
     pull,
     to_states,
-    varying_like,
 )
 
 __all__ = ["Slots", "best_frames", "forward_with_choices", "total"]
@@ -72,7 +72,7 @@ def _start(semiring: Semiring, size: int, dtype: DTypeLike, reference: jax.Array
         records.full(semiring.one, (size,), dtype),
         records.full(semiring.zero, (size,), dtype),
     )
-    return jax.tree_util.tree_map(lambda leaf: varying_like(reference, leaf), start)
+    return varying_like(start, reference)
 
 
 def _sum_rows(semiring: Semiring, treedef: Any) -> Callable[[list[jax.Array]], list[jax.Array]]:
@@ -295,7 +295,7 @@ def best_frames(
         return jnp.where(active, previous, state), (flat, jnp.where(active, column, -1))
 
     frames = jnp.arange(choices.shape[0], dtype=jnp.int32)
-    last = varying_like(choices, last)
+    last = varying_like(last, choices)
     _, (flat_slots, columns) = jax.lax.scan(step, last, (frames, choices), reverse=True)
     return flat_slots, columns, found, last
 
@@ -374,8 +374,8 @@ def total(
     # the emissions vary per device; the custom JVP's rule mixes the two, so
     # the weights enter it as varying values, as the emissions are (and
     # autodiff of that conversion sums their gradients over devices).
-    slot_weight = varying_like(emissions, slot_weight)
-    final_weight = varying_like(emissions, final_weight)
+    slot_weight = varying_like(slot_weight, emissions)
+    final_weight = varying_like(final_weight, emissions)
     return derivatives.score(
         _op(semiring, slot_grads), (slot_weight, final_weight, emissions), (slots, length)
     )

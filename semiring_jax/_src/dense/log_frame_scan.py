@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from jax.typing import DTypeLike
 
 from semiring_jax._src.core import compensated
+from semiring_jax._src.core.sharding import varying_like
 from semiring_jax._src.dense.slots import (
     Slots,
     Slotwise,
@@ -33,7 +34,6 @@ from semiring_jax._src.dense.slots import (
     push_columns,
     push_destinations,
     to_states,
-    varying_like,
 )
 
 __all__ = ["forward", "posterior_grads", "total_pair"]
@@ -43,7 +43,7 @@ _ZERO = -jnp.inf
 
 def _start(size: int, dtype: DTypeLike, reference: jax.Array) -> tuple[jax.Array, jax.Array]:
     hi = jnp.full(size, _ZERO, dtype).at[0].set(0)
-    return varying_like(reference, hi), varying_like(reference, jnp.zeros(size, dtype))
+    return varying_like(hi, reference), varying_like(jnp.zeros(size, dtype), reference)
 
 
 def _to_dst(
@@ -207,11 +207,11 @@ def posterior_grads(
 
     frames = jnp.arange(emissions.shape[0], dtype=jnp.int32)
     init = (
-        varying_like(emissions, final_weight),
-        varying_like(emissions, jnp.zeros_like(final_weight)),
+        varying_like(final_weight, emissions),
+        varying_like(jnp.zeros_like(final_weight), emissions),
         varying_like(
-            emissions,
             jnp.zeros_like(slot_weight) if not by_state else jnp.zeros((), slot_weight.dtype),
+            emissions,
         ),
     )
     (_, _, slot_grad), emission_grad = jax.lax.scan(

@@ -33,7 +33,6 @@ __all__ = [
     "push_columns",
     "push_destinations",
     "to_states",
-    "varying_like",
 ]
 
 
@@ -232,10 +231,3 @@ def max_or_zero(scores: jax.Array) -> jax.Array:
     """The max of `scores` [S], or 0 when none is finite."""
     top = jnp.max(scores, initial=-jnp.inf)
     return jnp.where(jnp.isfinite(top), top, jnp.zeros_like(top))
-
-
-def varying_like(reference: jax.Array, values: jax.Array) -> jax.Array:
-    """`values`, typed as varying wherever `reference` varies (inside
-    `jax.shard_map`, a scan's carry must keep one type: a constant initial
-    carry that meets per-device data in the body would change it)."""
-    return values + jax.lax.full_like(reference, 0, values.dtype, shape=values.shape)

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from semiring_jax._src.core import compensated
-from semiring_jax._src.dense.slots import varying_like
+from semiring_jax._src.core.sharding import varying_like
 
 Pair = tuple[jax.Array, jax.Array]
 
@@ -94,7 +94,7 @@ def forward(
       start: [B, W] α on diagonal 0: 0 at node (0, 0), -inf elsewhere.
       blank_from: `Band.blank_from`, or None for the full grid.
     """
-    start_hi = varying_like(blank, start)
+    start_hi = varying_like(start, blank)
     initial = (start_hi, jnp.zeros_like(start_hi))
     sources = None if blank_from is None else blank_from[1:]
 
@@ -125,7 +125,7 @@ def backward(
         costs a `where`, not a third term in every log-add).
       blank_to: `Band.blank_to`, or None for the full grid.
     """
-    last_hi = varying_like(blank, jnp.where(is_end[-1], 0.0, -jnp.inf).astype(blank.dtype))
+    last_hi = varying_like(jnp.where(is_end[-1], 0.0, -jnp.inf).astype(blank.dtype), blank)
     initial = (last_hi, jnp.zeros_like(last_hi))
     targets = None if blank_to is None else blank_to[:-1]
 
@@ -180,7 +180,7 @@ def best_forward(
         best = jnp.where(came_by_label | jnp.isnan(by_label), by_label, by_blank)
         return best, (alpha, came_by_label)
 
-    initial = varying_like(blank, start)
+    initial = varying_like(start, blank)
     last, (scores, choices) = jax.lax.scan(step, initial, (blank[:-1], emit[:-1]))
     first_choice = jnp.zeros_like(choices[:1])
     return jnp.concatenate([scores, last[None]]), jnp.concatenate([first_choice, choices])

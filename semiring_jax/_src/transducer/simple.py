@@ -152,7 +152,13 @@ def simple_moves(
     am: jax.Array, lm: jax.Array, labels: jax.Array, blank: int
 ) -> tuple[jax.Array, jax.Array]:
     """(blank, label) move log-probs [B, T, U+1] of the additive joiner."""
-    am, lm = _row_shifted(am), _row_shifted(lm)
+    return _shifted_moves(_row_shifted(am), _row_shifted(lm), labels, blank)
+
+
+def _shifted_moves(
+    am: jax.Array, lm: jax.Array, labels: jax.Array, blank: int
+) -> tuple[jax.Array, jax.Array]:
+    """`simple_moves` of `_row_shifted` am and lm."""
     normalisers = _normalisers(am, lm)
     blank_lp = am[:, :, blank][:, :, None] + lm[:, :, blank][:, None, :] - normalisers
     label_am, label_lm = _label_terms(am, lm, labels)
@@ -238,7 +244,7 @@ def _smoothed_moves(
     AM's with a unigram LM (the mean of the LM's distributions over the
     whole padded batch, as k2 takes it: `unigram`), interpolated."""
     am, lm = _row_shifted(am), _row_shifted(lm)  # none of the moves depends on the shifts
-    blank_lp, emit_lp = simple_moves(am, lm, labels, blank)
+    blank_lp, emit_lp = _shifted_moves(am, lm, labels, blank)
     (am_probs, am_max), (lm_probs, lm_max) = _shifted_exponentials(am), _shifted_exponentials(lm)
     lm_totals = jnp.sum(lm_probs, axis=2, keepdims=True)  # [B, U+1, 1]
     am_only_sum = jnp.einsum("btv,v->bt", am_probs, unigram, precision=_HIGHEST)

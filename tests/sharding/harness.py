@@ -101,7 +101,8 @@ def _value_and_grad(fn: Callable, diff: Sequence[int], score: Callable) -> Calla
     return run
 
 
-def _assert_close(label: str, got: Any, want: Any) -> None:
+def assert_close(label: str, got: Any, want: Any) -> None:
+    """Each leaf of `got` (sharded) equal to `want`'s (one device) to 1e-5."""
     got_leaves, want_leaves = jax.tree.leaves(got), jax.tree.leaves(want)
     assert len(got_leaves) == len(want_leaves), f"{label}: {len(got_leaves)} outputs"
     for i, (g, w) in enumerate(zip(got_leaves, want_leaves)):
@@ -202,7 +203,7 @@ def check_op(
                 else:
                     with jax.set_mesh(context):
                         got = _run_compiled(label, jax.jit(traced), inputs, allowed)
-                _assert_close(label, got, want)
+                assert_close(label, got, want)
                 _assert_batch_sharded(label, (data(got[0]), got[1]))
             except Exception as error:  # report every setting, not just the first
                 failures.append(f"{label}: {type(error).__name__}: {error}")

@@ -145,9 +145,11 @@ def _check_s_range(s_range: Any, fn: str) -> int:
 
 def check_ranges(
     ranges: npt.ArrayLike, batch: int, num_frames: int, num_labels: int, fn: str
-) -> jax.Array:
+) -> np.ndarray | jax.Array:
     """`ranges` [B, T, s_range] as int32, concrete values checked to lie in
-    [0, U] at their own width first (int64 2**32 + k would wrap to k)."""
+    [0, U] at their own width first (int64 2**32 + k would wrap to k) and
+    returned as numpy (the callers' host checks read them there; the
+    jitted ops take them as they are)."""
     ranges = as_array(ranges, "ranges", fn)
     if np.ndim(ranges) != 3 or tuple(np.shape(ranges)[:2]) != (batch, num_frames):
         raise ValueError(
@@ -163,7 +165,7 @@ def check_ranges(
                 f"{fn}: ranges must lie in [0, U] = [0, {num_labels}], "
                 f"got values in [{values.min()}, {values.max()}]"
             )
-        return jnp.asarray(values.astype(np.int32))  # in [0, U]: no value changes
+        return values.astype(np.int32)  # in [0, U]: no value changes
     traced, dtype = jnp.asarray(ranges), dtype_of(ranges)
     if np.can_cast(dtype, np.int32):
         return traced.astype(jnp.int32)

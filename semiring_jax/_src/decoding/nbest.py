@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from semiring_jax._src.core import checks
+from semiring_jax._src.core import checks, route_table, routes
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.semiring import TROPICAL
 from semiring_jax._src.decoding.host import kshortest
@@ -162,8 +162,13 @@ def _entry_paths(
         n,
         slots,
         unique=unique,
-        compiled=kshortest_ops.k_shortest if kshortest_ops.usable() else None,
+        compiled=kshortest_ops.k_shortest if _compiled_search(weight.dtype) else None,
     )
+
+
+def _compiled_search(dtype: np.dtype) -> bool:
+    """Whether `nbest`'s route (`route_table.NBEST`) is the C search."""
+    return routes.on_host(route_table.NBEST, dtype) == "host_kernel"
 
 
 @jax.jit

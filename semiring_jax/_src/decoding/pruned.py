@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from semiring_jax._src.core import checks
+from semiring_jax._src.core import checks, route_table, routes
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.decoding import beam_search
 from semiring_jax._src.decoding.host import pruned_lattice
@@ -165,7 +165,7 @@ def intersect_dense_pruned(
         "slots": slots,
         "min_active": min_active,
     }
-    compiled = beam_search_ops.usable(native.dtype) and pruned_lattice_ops.usable()
+    compiled = routes.on_host(route_table.PRUNED_SEARCH, native.dtype) == "host_kernel"
     structures: list[LatticeStructure | None] = [None] * batch
     if compiled:
         # The search, then the lattice, of one utterance a task (ctypes lets

@@ -45,20 +45,13 @@ import numpy as np
 from semiring_jax._src.core import compensated, derivatives
 from semiring_jax._src.kernels import dense_ops
 
-__all__ = ["score_op", "serves"]
+__all__ = ["score_op"]
 
 # A sum below this is recomputed in logs (when its state is reachable):
 # far above the smallest normal float, so the terms lost below it are
 # negligible next to it.
 _TINY = {np.dtype(np.float32): 1e-25, np.dtype(np.float64): 1e-200}
 _LARGE = 2.0**20  # beyond this magnitude, the compensated reference runs
-
-
-def serves() -> bool:
-    """Whether the arc scan serves the traces made now: with one device
-    (its per-frame checks reduce over the batch, which must not need data
-    from other devices)."""
-    return jax.device_count() == 1
 
 
 class _Graph(NamedTuple):

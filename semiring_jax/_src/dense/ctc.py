@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 from jax.typing import DTypeLike
 
-from semiring_jax._src.core import checks, derivatives
+from semiring_jax._src.core import checks, derivatives, route_table, routes
 from semiring_jax._src.core.fsa import Fsa, assemble
 from semiring_jax._src.core.host import build
 from semiring_jax._src.core.semiring import LOG
@@ -404,20 +404,30 @@ def _loss(log_z: jax.Array) -> jax.Array:
 
 @functools.cache
 def _op(blank: int) -> derivatives.ScoreOp:
-    """The loss and its gradient, by the kernel where it serves (decided at
-    trace time), else by the scan; cached per blank, so traces share it."""
+    """The loss and its gradient by the routes of `route_table.CTC_LOSS`
+    (the CPU kernel, or the frame scan); cached per blank, so traces share
+    it."""
     reference = functools.partial(_scan_log_likelihood_and_grad, blank)
+    log_likelihoods: dict[str, Callable[..., Any]] = {
+        "cpu_kernel": functools.partial(ctc_ops.log_likelihood, blank),
+        "frame_scan": lambda log_probs, aux: _scan_log_likelihood(log_probs, aux, blank),
+    }
+    with_grads: dict[str, Callable[..., Any]] = {
+        "cpu_kernel": functools.partial(ctc_ops.log_likelihood_and_grad, blank, reference),
+        "frame_scan": reference,
+    }
 
     def value(log_probs: jax.Array, aux: Lengths) -> jax.Array:
-        if ctc_ops.usable(log_probs):
-            return _loss(ctc_ops.log_likelihood(blank, log_probs, aux))
-        return _loss(_scan_log_likelihood(log_probs, aux, blank))
+        return _loss(
+            routes.dispatch(
+                route_table.CTC_LOSS, log_likelihoods, log_probs, aux, dtype=log_probs.dtype
+            )
+        )
 
     def value_and_grad(log_probs: jax.Array, aux: Lengths) -> tuple[jax.Array, jax.Array]:
-        if ctc_ops.usable(log_probs):
-            log_z, grad = ctc_ops.log_likelihood_and_grad(blank, reference, log_probs, aux)
-        else:
-            log_z, grad = reference(log_probs, aux)
+        log_z, grad = routes.dispatch(
+            route_table.CTC_LOSS, with_grads, log_probs, aux, dtype=log_probs.dtype
+        )
         # The gradient is that of -log Z even where rounding clamped the
         # value: minus the posteriors, summing to -1 on every frame.
         # A log Z beyond the dtype's range (-inf after rounding) counts as

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpy.typing as npt
 
-from semiring_jax._src.core import checks, derivatives, records
+from semiring_jax._src.core import checks, derivatives, records, route_table, routes
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.host import messages
 from semiring_jax._src.core.semiring import LOG, TROPICAL, Semiring, lifted
@@ -211,12 +211,6 @@ def _over_batch(
     return jax.vmap(one_utterance, in_axes=(graph_axis, 0, 0))(graph, emissions, lengths)
 
 
-def kernel_serves(semiring: Semiring, emissions: jax.Array) -> bool:
-    """Whether the compiled kernel computes this dense total (trace time):
-    LOG or TROPICAL arithmetic, a dtype and device it serves."""
-    return semiring.arithmetic in ("log", "tropical") and dense_ops.usable(emissions)
-
-
 def kernel_inputs(
     graph: Fsa, emissions: jax.Array, leak: jax.Array | None = None
 ) -> tuple[dense_ops.Diff, dense_ops.Arcs]:
@@ -319,29 +313,21 @@ def _kernel_op(semiring: Semiring) -> derivatives.ScoreOp:
 def kernel_total(
     semiring: Semiring, graph: Fsa, emissions: jax.Array, lengths: jax.Array
 ) -> jax.Array:
-    """`dense_tot_score` [B] by the kernel (`kernel_serves` must hold)."""
+    """`dense_tot_score` [B] by the kernel (LOG or TROPICAL)."""
     diff, arcs = kernel_inputs(graph, emissions)
     return derivatives.score(_kernel_op(semiring), diff, (arcs, lengths, graph))
 
 
-@functools.partial(jax.jit, static_argnames="semiring")
-@per_device(lambda graph, *rest: [bool(graph.batch_shape), True, True] + [False] * len(rest[2:]))
-def _dense_tot_score(
-    graph: Fsa, emissions: jax.Array, lengths: jax.Array, semiring: Semiring
-) -> jax.Array:
-    if kernel_serves(semiring, emissions):
-        return kernel_total(semiring, graph, emissions, lengths)
-    return scan_total(semiring, graph, emissions, lengths)
+def _arc_scan_total(graph: Fsa, emissions: jax.Array, lengths: jax.Array) -> jax.Array:
+    """`dense_tot_score` [B] in LOG by the arc scan (`arc_scan.py`)."""
+    diff, arcs = kernel_inputs(graph, emissions)
+    return derivatives.score(_arc_scan_op(), diff, (arcs, lengths, graph))
 
 
-def scan_total(
+def _frame_scan_totals(
     semiring: Semiring, graph: Fsa, emissions: jax.Array, lengths: jax.Array
 ) -> jax.Array:
-    """`dense_tot_score` [B] by the portable scans: LOG by the arc scan
-    (`arc_scan.py`) on one device, else the frame scan, vmapped over B."""
-    if semiring.arithmetic == "log" and arc_scan.serves():
-        diff, arcs = kernel_inputs(graph, emissions)
-        return derivatives.score(_arc_scan_op(), diff, (arcs, lengths, graph))
+    """`dense_tot_score` [B] by the frame scan, vmapped over B."""
 
     def one_utterance(graph: Fsa, emissions: jax.Array, length: jax.Array) -> jax.Array:
         slots, slot_weight, final_weight = graph_slots(graph, semiring)
@@ -350,6 +336,33 @@ def scan_total(
         return frame_scan.total(semiring, slots, slot_weight, final_weight, emissions, length)
 
     return _over_batch(one_utterance, graph, emissions, lengths)
+
+
+def total(semiring: Semiring, graph: Fsa, emissions: jax.Array, lengths: jax.Array) -> jax.Array:
+    """`dense_tot_score` [B] by the routes of `route_table.DENSE_TOT_SCORE`:
+    the CPU kernel (LOG, TROPICAL), the arc scan (LOG) or the frame scan."""
+    impls: dict[str, Callable[..., Any]] = {
+        "cpu_kernel": functools.partial(kernel_total, semiring),
+        "arc_scan": _arc_scan_total,
+        "frame_scan": functools.partial(_frame_scan_totals, semiring),
+    }
+    return routes.dispatch(
+        route_table.DENSE_TOT_SCORE,
+        impls,
+        graph,
+        emissions,
+        lengths,
+        dtype=emissions.dtype,
+        arithmetic=semiring.arithmetic,
+    )
+
+
+@functools.partial(jax.jit, static_argnames="semiring")
+@per_device(lambda graph, *rest: [bool(graph.batch_shape), True, True] + [False] * len(rest[2:]))
+def _dense_tot_score(
+    graph: Fsa, emissions: jax.Array, lengths: jax.Array, semiring: Semiring
+) -> jax.Array:
+    return total(semiring, graph, emissions, lengths)
 
 
 def dense_tot_score(
@@ -411,16 +424,24 @@ def dense_tot_score(
 def _viterbi_decode(
     graph: Fsa, emissions: jax.Array, lengths: jax.Array
 ) -> tuple[jax.Array, jax.Array]:
-    if kernel_serves(TROPICAL, emissions):
-        return _kernel_best_columns(graph, emissions, lengths)
-
-    def one_utterance(
-        graph: Fsa, emissions: jax.Array, length: jax.Array
+    def frame_scan_columns(
+        graph: Fsa, emissions: jax.Array, lengths: jax.Array
     ) -> tuple[jax.Array, jax.Array]:
-        slots, slot_weight, final_weight = graph_slots(graph, TROPICAL)
-        return best_columns(slots, slot_weight, final_weight, emissions, length)
+        def one_utterance(
+            graph: Fsa, emissions: jax.Array, length: jax.Array
+        ) -> tuple[jax.Array, jax.Array]:
+            slots, slot_weight, final_weight = graph_slots(graph, TROPICAL)
+            return best_columns(slots, slot_weight, final_weight, emissions, length)
 
-    return _over_batch(one_utterance, graph, emissions, lengths)
+        return _over_batch(one_utterance, graph, emissions, lengths)
+
+    impls: dict[str, Callable[..., Any]] = {
+        "cpu_kernel": _kernel_best_columns,
+        "frame_scan": frame_scan_columns,
+    }
+    return routes.dispatch(
+        route_table.VITERBI_DECODE, impls, graph, emissions, lengths, dtype=emissions.dtype
+    )
 
 
 def _kernel_best_columns(

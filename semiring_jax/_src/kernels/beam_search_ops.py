@@ -20,12 +20,11 @@ import ctypes
 from typing import NamedTuple
 
 import numpy as np
-import numpy.typing as npt
 
 from semiring_jax._src.decoding.host.active_rows import ActiveRows
 from semiring_jax._src.kernels import loader
 
-__all__ = ["SearchTables", "search", "usable"]
+__all__ = ["SearchTables", "search"]
 
 
 class SearchTables(NamedTuple):
@@ -43,14 +42,6 @@ class SearchTables(NamedTuple):
     label: np.ndarray
     weight: np.ndarray
     expand: int
-
-
-def usable(dtype: npt.DTypeLike) -> bool:
-    """Whether the compiled function serves emissions of `dtype` (float32
-    or float64): on a CPU backend, built (building it on first call)."""
-    return np.dtype(dtype) in (np.float32, np.float64) and (
-        loader.host_function("SjBeamSearch") is not None
-    )
 
 
 def search(

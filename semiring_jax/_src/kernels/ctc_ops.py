@@ -19,15 +19,10 @@ import jax.numpy as jnp
 from semiring_jax._src.core import derivatives
 from semiring_jax._src.kernels import loader
 
-__all__ = ["log_likelihood", "log_likelihood_and_grad", "usable"]
+__all__ = ["log_likelihood", "log_likelihood_and_grad"]
 
 # (input_lengths [B], labels [B, U], label_lengths [B]), int32.
 Lengths = tuple[jax.Array, jax.Array, jax.Array]
-
-
-def usable(log_probs: jax.Array) -> bool:
-    """Whether the kernel serves these inputs (trace time)."""
-    return loader.serves(log_probs.dtype)
 
 
 def _int32(aux: Lengths) -> Lengths:

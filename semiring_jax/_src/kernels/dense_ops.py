@@ -33,7 +33,6 @@ __all__ = [
     "log_total_and_grads",
     "tropical_total",
     "tropical_total_and_grads",
-    "usable",
 ]
 
 
@@ -55,11 +54,6 @@ Diff = tuple[jax.Array, jax.Array, jax.Array]
 # (the structure, lengths int32 [B], then anything else the reference reads)
 Aux = tuple[Any, ...]
 ValueFn = Callable[[Diff, Aux], jax.Array]
-
-
-def usable(emissions: jax.Array) -> bool:
-    """Whether the kernel serves these inputs (trace time)."""
-    return loader.serves(emissions.dtype)
 
 
 def _operands(diff: Diff, aux: Aux) -> tuple[jax.Array, ...]:

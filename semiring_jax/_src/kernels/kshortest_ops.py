@@ -16,13 +16,7 @@ import numpy as np
 from semiring_jax._src.decoding.host.kshortest import Moves, Paths
 from semiring_jax._src.kernels import loader
 
-__all__ = ["k_shortest", "usable"]
-
-
-def usable() -> bool:
-    """Whether the compiled function serves: on a CPU backend, built
-    (building it on first call)."""
-    return loader.host_function("SjKShortest") is not None
+__all__ = ["k_shortest"]
 
 
 def k_shortest(

@@ -82,7 +82,7 @@ import numpy.typing as npt
 
 from semiring_jax._src.kernels import build
 
-__all__ = ["HOST_FUNCTIONS", "TARGETS", "enabled", "host_function", "serves", "target"]
+__all__ = ["HOST_FUNCTIONS", "TARGETS", "enabled", "host_function", "target"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -539,19 +539,13 @@ def target(op: str, dtype: npt.DTypeLike) -> str:
     return f"semiring_jax_{op}_{_DTYPES[np.dtype(dtype).name]}"
 
 
-def serves(dtype: npt.DTypeLike) -> bool:
-    """Whether the kernels serve inputs of `dtype` in what is traced now:
-    float32 or float64, and `enabled()`."""
-    return np.dtype(dtype).name in _DTYPES and enabled()
-
-
 def enabled() -> bool:
-    """Whether score ops traced now use the compiled CPU kernels.
+    """Whether the compiled CPU library is built (building it on the first
+    call): the kernel routes' condition (`core/routes.py`), which serve
+    the programs lowered for the CPU.
 
-    True when the default backend is a single CPU device and the kernels are
-    built (building them on the first call). With several devices the
-    portable scan serves instead: XLA cannot split an FFI call along a
-    sharded batch axis and would gather the whole batch onto each device.
-    Decided at trace time: a function already jitted keeps its choice.
+    A process whose default backend is not the CPU does not build it (a
+    C++ build of up to a minute, or a warning about a missing compiler, is
+    no part of what a JAX user there expects).
     """
-    return jax.default_backend() == "cpu" and jax.device_count() == 1 and _load()
+    return jax.default_backend() == "cpu" and _load()

@@ -19,7 +19,7 @@ from semiring_jax._src.decoding.host.active_rows import ActiveRows
 from semiring_jax._src.dense.host.lattice_structure import LatticeStructure
 from semiring_jax._src.kernels import loader
 
-__all__ = ["LatticeGraph", "pruned_lattice", "usable"]
+__all__ = ["LatticeGraph", "pruned_lattice"]
 
 
 class LatticeGraph(NamedTuple):
@@ -40,12 +40,6 @@ class LatticeGraph(NamedTuple):
     position: np.ndarray
     weight: np.ndarray
     final_weight: np.ndarray
-
-
-def usable() -> bool:
-    """Whether the compiled function serves: on a CPU backend, built
-    (building it on first call)."""
-    return loader.host_function("SjPrunedLattice") is not None
 
 
 def pruned_lattice(

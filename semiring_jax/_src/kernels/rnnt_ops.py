@@ -21,18 +21,13 @@ import jax.numpy as jnp
 from semiring_jax._src.core import derivatives
 from semiring_jax._src.kernels import loader
 
-__all__ = ["log_likelihood", "log_likelihood_and_posteriors", "usable"]
+__all__ = ["log_likelihood", "log_likelihood_and_posteriors"]
 
 # (starts [B, T + 1], frame_lengths [B], label_lengths [B]) int32, then
 # anything else the reference reads (the kernel reads these three).
 Aux = tuple[Any, ...]
 # (blank, emit) move log-probs [B, T, W].
 Moves = tuple[jax.Array, jax.Array]
-
-
-def usable(moves: jax.Array) -> bool:
-    """Whether the kernel serves these inputs (trace time)."""
-    return loader.serves(moves.dtype)
 
 
 def _int32(aux: Aux) -> tuple[jax.Array, jax.Array, jax.Array]:

@@ -26,15 +26,10 @@ from semiring_jax._src.core.schedule import Schedule
 from semiring_jax._src.core.semiring import Semiring
 from semiring_jax._src.kernels import loader
 
-__all__ = ["entropy", "kbest", "total", "usable", "value_and_grads"]
+__all__ = ["entropy", "kbest", "total", "value_and_grads"]
 
 Diff = tuple[jax.Array, jax.Array]  # (weight [A], final_weight [S])
 Aux = tuple[Schedule, ArrayLeaf]  # (schedule, src [A])
-
-
-def usable(semiring: Semiring, weight: ArrayLeaf) -> bool:
-    """Whether the kernels serve this semiring and dtype (trace time)."""
-    return semiring.arithmetic is not None and loader.serves(weight.dtype)
 
 
 def _target(semiring: Semiring, what: str, dtype: jnp.dtype) -> str:

@@ -4,20 +4,22 @@ intersection per utterance (traced).
 Both totals are `dense_tot_score` in LOG over the same log-probs: the
 numerator with each utterance's own graph, the denominator with one graph
 shared by the batch, optionally with Kaldi's leaky HMM (`mmi/leaky.py`).
-On a single CPU device both run the compiled kernel (`kernels/dense.cc`,
-the leak included); elsewhere the portable arc scan (`dense/arc_scan.py`).
+Their routes (`core/route_table.py`): the compiled kernel
+(`kernels/dense.cc`, the leak included) on the CPU, elsewhere the portable
+arc scan (`dense/arc_scan.py`).
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from semiring_jax._src.core import checks, derivatives
+from semiring_jax._src.core import checks, derivatives, route_table, routes
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.semiring import LOG
 from semiring_jax._src.core.sharding import per_device
@@ -36,26 +38,42 @@ def _reference_value(diff: dense_ops.Diff, aux: dense_ops.Aux) -> jax.Array:
 _PORTABLE = arc_scan.score_op(_reference_value, leaky.scan_value_and_grads, leaky=True)
 
 
+def _kernel_value_and_some_grads(
+    diff: dense_ops.Diff, aux: dense_ops.Aux, wanted: tuple[bool, ...]
+) -> tuple[jax.Array, tuple[jax.Array | None, ...]]:
+    total, grads = dense_ops.log_total_and_grads(
+        leaky.scan_value_and_grads, diff, aux, weights=wanted[0]
+    )
+    return total, derivatives.keep_wanted(grads, wanted)
+
+
+def _scan_value_and_some_grads(
+    diff: dense_ops.Diff, aux: dense_ops.Aux, wanted: tuple[bool, ...]
+) -> tuple[jax.Array, tuple[jax.Array | None, ...]]:
+    total, grads = leaky.scan_value_and_grads(diff, aux)
+    return total, derivatives.keep_wanted(grads, wanted)
+
+
 def _leaky_value(diff: dense_ops.Diff, aux: dense_ops.Aux) -> jax.Array:
-    if dense_ops.usable(diff[2]):
-        return dense_ops.log_total(_reference_value, diff, aux)
-    if arc_scan.serves():
-        return _PORTABLE.value(diff, aux)
-    return _reference_value(diff, aux)
+    impls: dict[str, Callable[..., Any]] = {
+        "cpu_kernel": functools.partial(dense_ops.log_total, _reference_value),
+        "arc_scan": _PORTABLE.value,
+        "leaky_scan": _reference_value,
+    }
+    return routes.dispatch(route_table.LEAKY_MMI, impls, diff, aux, dtype=diff[2].dtype)
 
 
 def _leaky_value_and_some_grads(
     diff: dense_ops.Diff, aux: dense_ops.Aux, wanted: tuple[bool, ...]
 ) -> tuple[jax.Array, tuple[jax.Array | None, ...]]:
-    if dense_ops.usable(diff[2]):
-        total, grads = dense_ops.log_total_and_grads(
-            leaky.scan_value_and_grads, diff, aux, weights=wanted[0]
-        )
-        return total, derivatives.keep_wanted(grads, wanted)
-    if arc_scan.serves():
-        return _PORTABLE.value_and_some_grads(diff, aux, wanted)  # type: ignore[misc]
-    total, grads = leaky.scan_value_and_grads(diff, aux)
-    return total, derivatives.keep_wanted(grads, wanted)
+    portable = _PORTABLE.value_and_some_grads
+    assert portable is not None
+    impls: dict[str, Callable[..., Any]] = {
+        "cpu_kernel": functools.partial(_kernel_value_and_some_grads, wanted=wanted),
+        "arc_scan": lambda diff, aux: portable(diff, aux, wanted),
+        "leaky_scan": functools.partial(_scan_value_and_some_grads, wanted=wanted),
+    }
+    return routes.dispatch(route_table.LEAKY_MMI, impls, diff, aux, dtype=diff[2].dtype)
 
 
 _LEAKY = derivatives.ScoreOp(
@@ -73,9 +91,7 @@ def _leaky_total(
 
 
 def _total(graph: Fsa, log_probs: jax.Array, lengths: jax.Array) -> jax.Array:
-    if dense.kernel_serves(LOG, log_probs):
-        return dense.kernel_total(LOG, graph, log_probs, lengths)
-    return dense.scan_total(LOG, graph, log_probs, lengths)
+    return dense.total(LOG, graph, log_probs, lengths)
 
 
 def _frame_shift(log_probs: jax.Array, lengths: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -26,17 +26,18 @@ zero-mass terms give 0, never NaN, in values and gradients.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from semiring_jax._src.core import checks, compensated, derivatives
+from semiring_jax._src.core import checks, compensated, derivatives, route_table, routes
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.semiring import LOG, Semiring, lifted
 from semiring_jax._src.core.sharding import per_device
-from semiring_jax._src.kernels import loader, score_ops
+from semiring_jax._src.kernels import score_ops
 from semiring_jax._src.scores import tot_score as scores
 
 __all__ = ["ENTROPY", "KL", "entropy", "kl_divergence"]
@@ -185,9 +186,12 @@ _COMPILED = derivatives.ScoreOp(
 def _entropy_one(fsa: Fsa) -> jax.Array:
     diff = (jnp.asarray(fsa.weight), scores.final_weights(fsa, LOG).astype(fsa.dtype))
     aux = (fsa.schedule, fsa.arc_mask)
-    if loader.serves(fsa.dtype):  # the compiled kernel, differentiated as the scan
-        return derivatives.score(_COMPILED, diff, aux)
-    return _scan_entropy(diff, aux)
+    impls: dict[str, Callable[..., Any]] = {
+        # The compiled kernel, differentiated as the scan.
+        "cpu_kernel": lambda: derivatives.score(_COMPILED, diff, aux),
+        "level_scan": lambda: _scan_entropy(diff, aux),
+    }
+    return routes.dispatch(route_table.ENTROPY, impls, dtype=fsa.dtype, arithmetic=None)
 
 
 def entropy(fsa: Fsa) -> jax.Array:

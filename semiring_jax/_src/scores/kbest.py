@@ -24,17 +24,19 @@ of the i-th path (where scores tie, of the one the recursion ranked i-th).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from semiring_jax._src.core import compensated, derivatives
+from semiring_jax._src.core import compensated, derivatives, route_table, routes
 from semiring_jax._src.core.batch import jit_over_batch
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.schedule import Schedule
 from semiring_jax._src.core.semiring import LOG, Semiring
-from semiring_jax._src.kernels import loader, score_ops
+from semiring_jax._src.kernels import score_ops
 from semiring_jax._src.scores.tot_score import check_scorable, final_weights, tot_score
 
 __all__ = ["kbest_scores", "kbest_semiring"]
@@ -159,12 +161,15 @@ def kbest_scores(fsa: Fsa, k: int) -> jax.Array:
 
 def _kbest_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
     diff = (jnp.asarray(fsa.weight), final_weights(fsa, LOG).astype(fsa.dtype))
-    if not loader.serves(fsa.dtype):
+    k = int(np.size(semiring.zero))
+    impls: dict[str, Callable[..., Any]] = {
+        "cpu_kernel": lambda: _compiled(k, diff, fsa.schedule),
         # Autodiff of the scan gives a NaN score the derivative of the path
         # `top_k` ranked there (NaN first): the NaN arc's indicator. NaN in
         # every weight instead, as the kernel's rule gives.
-        return derivatives.nan_spread(tot_score(fsa, semiring), *diff)
-    return _compiled(int(np.size(semiring.zero)), diff, fsa.schedule)
+        "level_scan": lambda: derivatives.nan_spread(tot_score(fsa, semiring), *diff),
+    }
+    return routes.dispatch(route_table.KBEST_SCORES, impls, dtype=fsa.dtype, arithmetic=None)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))

@@ -23,12 +23,13 @@ plain autodiff through the recursion.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from semiring_jax._src.core import derivatives, records
+from semiring_jax._src.core import derivatives, records, route_table, routes
 from semiring_jax._src.core.array_types import ArrayLeaf
 from semiring_jax._src.core.batch import jit_over_batch
 from semiring_jax._src.core.fsa import Fsa
@@ -169,26 +170,40 @@ def _scan_value_and_grads(
     return total, derivatives.undefined_to_nan(total, grads, inf_undefined=_inf_undefined(semiring))
 
 
+def _kernel_value_and_grad(
+    semiring: Semiring,
+    reference: derivatives.ValueAndGrad,
+    diff: tuple[ArrayLeaf, ArrayLeaf],
+    aux: tuple[Schedule, ArrayLeaf],
+) -> tuple[jax.Array, Any]:
+    total, grads = score_ops.value_and_grads(semiring, reference, *aux, *diff)
+    return total, derivatives.undefined_to_nan(total, grads, inf_undefined=_inf_undefined(semiring))
+
+
 @functools.cache
 def _op(semiring: Semiring) -> derivatives.ScoreOp:
-    """tot_score's value and gradient for one semiring: the kernels where
-    they serve (decided at trace time), else the scans."""
+    """tot_score's value and gradient for one semiring, by its routes
+    (`route_table.TOT_SCORE`): the CPU kernel or the level scan."""
     reference = functools.partial(_scan_value_and_grads, semiring)
+    values: dict[str, Callable[..., Any]] = {
+        "cpu_kernel": lambda diff, aux: score_ops.total(semiring, aux[0], *diff),
+        "level_scan": lambda diff, aux: scan_total(semiring, aux[0], *diff),
+    }
+    values_and_grads: dict[str, Callable[..., Any]] = {
+        "cpu_kernel": functools.partial(_kernel_value_and_grad, semiring, reference),
+        "level_scan": reference,
+    }
+
+    def facts(diff: tuple[ArrayLeaf, ArrayLeaf]) -> dict[str, Any]:
+        return {"dtype": records.leaves_of(diff[0])[0].dtype, "arithmetic": semiring.arithmetic}
 
     def value(diff: tuple[ArrayLeaf, ArrayLeaf], aux: tuple[Schedule, ArrayLeaf]) -> jax.Array:
-        if score_ops.usable(semiring, diff[0]):
-            return score_ops.total(semiring, aux[0], *diff)
-        return scan_total(semiring, aux[0], *diff)
+        return routes.dispatch(route_table.TOT_SCORE, values, diff, aux, **facts(diff))
 
     def value_and_grad(
         diff: tuple[ArrayLeaf, ArrayLeaf], aux: tuple[Schedule, ArrayLeaf]
     ) -> tuple[jax.Array, Any]:
-        if score_ops.usable(semiring, diff[0]):
-            total, grads = score_ops.value_and_grads(semiring, reference, *aux, *diff)
-            return total, derivatives.undefined_to_nan(
-                total, grads, inf_undefined=_inf_undefined(semiring)
-            )
-        return reference(diff, aux)
+        return routes.dispatch(route_table.TOT_SCORE, values_and_grads, diff, aux, **facts(diff))
 
     return derivatives.ScoreOp(value, value_and_grad)
 

@@ -9,18 +9,19 @@ where there is none), and lengths: `rnnt_loss` gathers them from the
 joiner's full logits, the simple and smoothed losses from `am` + `lm`, the
 pruned loss from the logits at the kept positions. `lattice_nll` is the
 negative log-likelihood of such a grid, differentiable in both arrays by
-the moves' posteriors (a `jax.custom_vjp`), so the losses differentiate
+the moves' posteriors (`derivatives.score`), so the losses differentiate
 through their own gathers by autodiff and through the recursion never.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from semiring_jax._src.core import compensated
+from semiring_jax._src.core import compensated, derivatives, route_table, routes
 from semiring_jax._src.kernels import rnnt_ops
 from semiring_jax._src.transducer import band as bands
 from semiring_jax._src.transducer import diagonal_scan
@@ -209,6 +210,13 @@ def _no_path(blank_lp: jax.Array) -> jax.Array:
     return jnp.full(blank_lp.shape[:1], -jnp.inf, blank_lp.dtype)
 
 
+def _scan_total(moves: Moves, aux: tuple[Any, ...]) -> jax.Array:
+    """log P [B] by the diagonal scan."""
+    _, frame_lengths, label_lengths, band = aux
+    (hi, lo), _ = forward(band, *moves, frame_lengths, label_lengths)
+    return hi + lo
+
+
 def total(
     band: Band,
     blank_lp: jax.Array,
@@ -217,15 +225,18 @@ def total(
     label_lengths: jax.Array,
 ) -> jax.Array:
     """log P [B] of a band's move log-probs [B, T, W] (-inf without a
-    path), by the CPU kernel where it serves, else the scan. For values
-    only: gradients come from `total_and_posteriors`."""
+    path), by the routes of `route_table.TRANSDUCER_GRID` (the CPU kernel
+    or the diagonal scan). For values only: gradients come from
+    `total_and_posteriors`."""
     if _no_utterance_or_frame(blank_lp):
         return _no_path(blank_lp)
-    if rnnt_ops.usable(blank_lp):
-        aux = _kernel_aux(band, blank_lp, frame_lengths, label_lengths)
-        return rnnt_ops.log_likelihood((blank_lp, emit_lp), aux, _num_positions(band))
-    (hi, lo), _ = forward(band, blank_lp, emit_lp, frame_lengths, label_lengths)
-    return hi + lo
+    aux = _kernel_aux(band, blank_lp, frame_lengths, label_lengths)
+    impls: dict[str, Callable[..., Any]] = {
+        "cpu_kernel": lambda moves, aux: rnnt_ops.log_likelihood(moves, aux, _num_positions(band)),
+        "diagonal_scan": _scan_total,
+    }
+    moves = (blank_lp, emit_lp)
+    return routes.dispatch(route_table.TRANSDUCER_GRID, impls, moves, aux, dtype=blank_lp.dtype)
 
 
 def total_and_posteriors(
@@ -236,19 +247,40 @@ def total_and_posteriors(
     label_lengths: jax.Array,
 ) -> tuple[jax.Array, Moves]:
     """(log P [B], the posteriors of the blank and the label move out of
-    each cell [B, T, W], 0 without a path), by the CPU kernel where it
-    serves (differentiable through the scan's), else the scans."""
+    each cell [B, T, W], 0 without a path), by the routes of
+    `route_table.TRANSDUCER_GRID` (the kernel is differentiable through the
+    scan's)."""
     if _no_utterance_or_frame(blank_lp):
         return _no_path(blank_lp), (jnp.zeros_like(blank_lp), jnp.zeros_like(emit_lp))
     aux = _kernel_aux(band, blank_lp, frame_lengths, label_lengths)
-    if rnnt_ops.usable(blank_lp):
-        return rnnt_ops.log_likelihood_and_posteriors(
-            _scan_posteriors, (blank_lp, emit_lp), aux, _num_positions(band)
-        )
-    return _scan_posteriors((blank_lp, emit_lp), aux)
+    impls: dict[str, Callable[..., Any]] = {
+        "cpu_kernel": lambda moves, aux: rnnt_ops.log_likelihood_and_posteriors(
+            _scan_posteriors, moves, aux, _num_positions(band)
+        ),
+        "diagonal_scan": _scan_posteriors,
+    }
+    moves = (blank_lp, emit_lp)
+    return routes.dispatch(route_table.TRANSDUCER_GRID, impls, moves, aux, dtype=blank_lp.dtype)
 
 
-@jax.custom_vjp
+def _nll(moves: Moves, aux: tuple[Any, ...]) -> jax.Array:
+    return -total(aux[2], *moves, *aux[:2])
+
+
+def _nll_and_grads(moves: Moves, aux: tuple[Any, ...]) -> tuple[jax.Array, Moves]:
+    """(-log P [B], minus the moves' posteriors [B, T, W] inside each
+    utterance's grid, 0 elsewhere)."""
+    frame_lengths, label_lengths, band = aux
+    log_p, (blank_post, emit_post) = total_and_posteriors(band, *moves, *aux[:2])
+    has_blank, has_label = masks(band, blank_post.shape, frame_lengths, label_lengths)
+    blank_grad = jnp.where(has_blank, -blank_post, 0.0)
+    emit_grad = jnp.where(has_label, -emit_post, 0.0)
+    return -log_p, (blank_grad, emit_grad)
+
+
+_NLL = derivatives.ScoreOp(_nll, _nll_and_grads)
+
+
 def lattice_nll(
     blank_lp: jax.Array,
     emit_lp: jax.Array,
@@ -258,28 +290,6 @@ def lattice_nll(
 ) -> jax.Array:
     """-log of the sum over the band's paths [B], from the blank and label
     move log-probs [B, T, W] (read only inside each utterance's grid);
-    +inf without a path. Its gradient is minus the moves' posteriors."""
-    return -total(band, blank_lp, emit_lp, frame_lengths, label_lengths)
-
-
-def _lattice_forward(
-    blank_lp: jax.Array,
-    emit_lp: jax.Array,
-    frame_lengths: jax.Array,
-    label_lengths: jax.Array,
-    band: Band,
-) -> tuple[jax.Array, Any]:
-    log_p, posteriors = total_and_posteriors(band, blank_lp, emit_lp, frame_lengths, label_lengths)
-    return -log_p, (posteriors, frame_lengths, label_lengths, band)
-
-
-def _lattice_backward(residuals: Any, cotangent: jax.Array) -> Any:
-    (blank_post, emit_post), frame_lengths, label_lengths, band = residuals
-    has_blank, has_label = masks(band, blank_post.shape, frame_lengths, label_lengths)
-    scale = -cotangent[:, None, None]
-    blank_grad = jnp.where(has_blank, blank_post * scale, 0.0)
-    emit_grad = jnp.where(has_label, emit_post * scale, 0.0)
-    return blank_grad, emit_grad, None, None, None
-
-
-lattice_nll.defvjp(_lattice_forward, _lattice_backward)
+    +inf without a path. Its gradient is minus the moves' posteriors
+    (`derivatives.score`, as every score op's)."""
+    return derivatives.score(_NLL, (blank_lp, emit_lp), (frame_lengths, label_lengths, band))

@@ -22,8 +22,8 @@ virtualenv (installed, it makes every JAX process probe for devices):
     pip install --target .accelerators/cuda -r tests/accelerators/requirements-cuda.txt
 
 then run this script with PYTHONPATH=.accelerators/tpu:. (or
-.accelerators/cuda:.) and TPU_SKIP_MDS_QUERY=1 for the TPU
-(tests/accelerators/test_compile_for_accelerators.py does so).
+.accelerators/cuda:.), as tests/accelerators/test_compile_for_accelerators.py
+does.
 `--ops` picks some of the ops.
 """
 
@@ -181,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if "JAX_PLATFORMS" not in os.environ:
         jax.config.update("jax_platforms", "cpu")
+    # libtpu would ask a cloud metadata server for the TPU it runs on.
+    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
     results = check(options.target, options.ops)
     return 0 if all(r["ok"] for r in results) else 1
 

@@ -1,0 +1,95 @@
+"""The training ops compile for accelerators this CPU host does not have.
+
+`compile_check.py` compiles `jax.jit(jax.value_and_grad(loss))` of
+`ctc_loss`, `rnnt_loss`, `tot_score`, `dense_tot_score` and `mmi_loss` for
+one chip of a TPU v5e topology (default run) and an NVIDIA H100 (`slow`),
+with the library's default settings. It runs in a subprocess whose
+PYTHONPATH adds the target's compiler, installed apart from the test
+virtualenv (see docs/development.md), so that this suite's own JAX starts
+as a user's CPU install does. A missing install fails the test, naming the
+command that makes it.
+"""
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+SCRIPT = HERE / "compile_check.py"
+OPS = {"ctc_loss", "rnnt_loss", "tot_score", "dense_tot_score", "mmi_loss"}
+# target -> (the folder its compiler is installed in, its requirements file)
+INSTALLS = {
+    "tpu": (ROOT / ".accelerators" / "tpu", HERE / "requirements-tpu.txt"),
+    "h100": (ROOT / ".accelerators" / "cuda", HERE / "requirements-cuda.txt"),
+}
+
+
+def _pins(requirements: pathlib.Path) -> dict[str, str]:
+    found = re.findall(r"^([\w.-]+)==(\S+)", requirements.read_text(), re.M)
+    return {name.replace("-", "_").lower(): version for name, version in found}
+
+
+def _installed(folder: pathlib.Path) -> dict[str, str]:
+    found = (re.fullmatch(r"(.+)-([^-]+)\.dist-info", p.name) for p in folder.glob("*.dist-info"))
+    return {m[1].lower(): m[2] for m in found if m}
+
+
+def _compile(target: str) -> list[dict]:
+    folder, requirements = INSTALLS[target]
+    command = (
+        f".venv/bin/pip install --upgrade --target {folder.relative_to(ROOT)} "
+        f"-r {requirements.relative_to(ROOT)}"
+    )
+    pins = _pins(requirements)
+    have = _installed(folder) if folder.is_dir() else {}
+    wrong = {name: have.get(name) for name, version in pins.items() if have.get(name) != version}
+    if wrong:
+        pytest.fail(
+            f"{target}'s compiler is not installed as pinned (found {wrong}, want {pins} in "
+            f"{folder}); from the repository root run: {command}",
+            pytrace=False,
+        )
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        # The library's defaults, and the host's own backend the CPU.
+        if key not in ("SEMIRING_JAX_CPU_KERNELS", "JAX_PLATFORMS", "XLA_FLAGS", "PYTHONPATH")
+    }
+    env.update(TPU_SKIP_MDS_QUERY="1", PYTHONPATH=os.pathsep.join([str(folder), str(ROOT)]))
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), target],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    if {line["op"] for line in lines} != OPS:
+        pytest.fail(f"compile_check.py {target} stopped early:\n{result.stderr[-3000:]}")
+    return lines
+
+
+def _assert_all_compiled(lines: list[dict]) -> None:
+    failed = [f"{line['op']}: {line['error']}" for line in lines if not line["ok"]]
+    if failed:
+        pytest.fail("did not compile:\n" + "\n".join(failed), pytrace=False)
+
+
+def test_the_training_ops_compile_for_a_tpu():
+    lines = _compile("tpu")
+    assert {line["device"] for line in lines} == {"TPU v5 lite"}
+    _assert_all_compiled(lines)
+
+
+@pytest.mark.slow  # a 570 MB install (the CUDA plugin and ptxas); ~15 s to compile
+def test_the_training_ops_compile_for_an_h100():
+    lines = _compile("h100")
+    assert {line["device"] for line in lines} == {"NVIDIA H100 80GB HBM3"}
+    _assert_all_compiled(lines)

@@ -32,6 +32,7 @@ Run:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import math
 import time
@@ -43,6 +44,7 @@ import numpy as np
 from timing import Reps, interleaved_medians
 
 import semiring_jax as sj
+from semiring_jax._src.core import routes
 from semiring_jax._src.kernels import loader
 
 SEED = 20261201
@@ -151,19 +153,12 @@ def compiled(fn, inp: Inputs, *, scan: bool = False):
     """(compiled program, compile seconds); `scan`: traced with the CPU
     kernels off, as on a GPU or TPU."""
     args = (jnp.asarray(inp.emissions), jnp.asarray(inp.lengths))
-    saved = loader.enabled
-    if scan:
-        loader.enabled = lambda: False
-    # The library's own jitted functions keep the path they were first
-    # traced with: clear them, so that each program traces its own.
-    jax.clear_caches()
-    try:
+    # Forcing a route clears the library's jitted functions, so that each
+    # program traces its own.
+    with routes.force("portable") if scan else contextlib.nullcontext():
         start = time.perf_counter()
         program = fn.lower(*args).compile()
         seconds = time.perf_counter() - start
-    finally:
-        loader.enabled = saved
-        jax.clear_caches()
     return program, seconds
 
 

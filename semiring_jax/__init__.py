@@ -3,6 +3,7 @@
 The public API (see API.md); everything else lives in `semiring_jax._src`.
 """
 
+from semiring_jax import routes
 from semiring_jax._src.core.batch import stack, unstack
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.semiring import LOG, TROPICAL, Semiring, semiring
@@ -108,6 +109,7 @@ __all__ = [
     "rnnt_loss_smoothed",
     "rnnt_prune",
     "rnnt_prune_ranges",
+    "routes",
     "sample_paths",
     "save",
     "semiring",

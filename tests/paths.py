@@ -1,25 +1,31 @@
-"""Running an op on both paths: the compiled CPU loader, and the portable
-scans that GPUs and TPUs run (the kernels switched off at trace time)."""
+"""Running an op on both paths: the routes chosen for the CPU (the compiled
+kernels), and the portable routes that GPUs and TPUs run."""
 
 import contextlib
+import functools
 
 import jax
 import numpy as np
 
-from semiring_jax._src.kernels import loader
+from semiring_jax._src.core import routes
 
 
 @contextlib.contextmanager
 def scan_only():
-    """Traces score ops with the kernels off (as on a GPU or TPU)."""
-    saved = loader.enabled
-    loader.enabled = lambda: False
-    jax.clear_caches()  # jitted ops keep the choice they were traced with
-    try:
+    """Traces ops on their portable routes (as on a GPU or TPU)."""
+    with routes.force("portable"):
         yield
-    finally:
-        loader.enabled = saved
-        jax.clear_caches()
+
+
+def portable(fn):
+    """`fn`, traced and run on the portable routes."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        with scan_only():
+            return fn(*args, **kwargs)
+
+    return run
 
 
 def both_paths(fn, *args):

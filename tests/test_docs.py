@@ -300,3 +300,14 @@ def test_griffe_extension_reads_the_house_style():
     assert "  Fsa: An Fsa: trimmed." in extension.with_typed_returns(text, "Fsa")
     named = "Returns:\n  (labels, scores): int32 [B, T]"
     assert extension.with_typed_returns(named, "tuple") == named
+
+
+def test_route_table_page_matches_the_route_records():
+    page = (DOCS / "routes.md").read_text()
+    begin, end = "<!-- routes:begin -->\n", "<!-- routes:end -->"
+    assert begin in page and end in page, "docs/routes.md lost its table markers"
+    written = page[page.index(begin) + len(begin) : page.index(end)]
+    assert written == sj.routes.markdown(), (
+        "docs/routes.md's table differs from the route records: paste "
+        "semiring_jax.routes.markdown() between its markers"
+    )

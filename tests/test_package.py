@@ -63,12 +63,15 @@ ECOSYSTEM = {"SymbolTable", "save", "load", "dense_occupancy", "plot_alignment"}
 DECODING = {"intersect_dense_pruned", "nbest", "sample_paths", "edit_distance", "mwer_loss"}
 # Semirings with structured weights.
 STRUCTURED = {"kbest_scores", "kbest_semiring", "entropy", "kl_divergence", "check_semiring_laws"}
+# Which implementation runs where (a module: table, force).
+ROUTES = {"routes"}
 
 
 def test_all_is_the_built_part_of_the_api():
     exported = set(sj.__all__)
     assert (
-        exported == CORE | DENSE | TRANSDUCER | MMI | ALGORITHMS | ECOSYSTEM | DECODING | STRUCTURED
+        exported
+        == CORE | DENSE | TRANSDUCER | MMI | ALGORITHMS | ECOSYSTEM | DECODING | STRUCTURED | ROUTES
     )
 
 

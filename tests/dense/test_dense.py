@@ -237,7 +237,7 @@ def test_plus_inf_emissions_give_plus_inf_on_every_path():
     assert np.isfinite(want[2])
     np.testing.assert_allclose(sj.dense_tot_score(graph, emissions, lengths), want, rtol=1e-12)
     np.testing.assert_allclose(
-        dense.scan_total(sj.LOG, graph, emissions, lengths), want, rtol=1e-12
+        dense.total_by("arc_scan", sj.LOG, graph, emissions, lengths), want, rtol=1e-12
     )
 
 

@@ -36,9 +36,17 @@ import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from semiring_jax._src.core import routes
+
 NUM_DEVICES = 4
 B = 8
 COLLECTIVES = ("all-gather", "all-reduce", "all-to-all", "collective-permute", "reduce-scatter")
+# An all-reduce of booleans only: a `lax.cond` on whether any utterance of
+# the batch needs a slower exact pass, which XLA reduces over the devices
+# on an auto-axis mesh (explicit meshes run the op per device).
+CONDITION = (r"= \(?pred\[\](, pred\[\])*\)? all-reduce\(",)
+# A setting traced on the portable routes (`check_op`).
+PORTABLE = object()
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -183,6 +191,16 @@ def check_op(
         placed = jax.device_put((cotangent, *args), batch)
         allowed = (*collectives, *auto_mesh_collectives) if kind == "auto" else collectives
         settings = [(f"{kind} mesh", step, placed, None)]
+        if kind == "auto":
+            # XLA cannot split a foreign call along a sharded axis: on an
+            # auto-axis CPU mesh the CPU kernels run on the gathered batch
+            # (their values are checked; explicit meshes run them per
+            # device). The portable routes, what GPUs and TPUs run, must
+            # move no data.
+            settings = [
+                (f"{kind} mesh, CPU routes", step, placed, None),
+                (f"{kind} mesh, portable routes", step, placed, PORTABLE),
+            ]
         if kind == "explicit":
             settings.append((f"{kind} mesh under jax.set_mesh", step, placed, mesh))
             if mixed:
@@ -197,12 +215,16 @@ def check_op(
                 )
         for setting, traced, inputs, context in settings:
             label = f"{name} ({setting})"
+            where = allowed if context is not None or kind != "auto" else COLLECTIVES
             try:
                 if context is None:
-                    got = _run_compiled(label, jax.jit(traced), inputs, allowed)
+                    got = _run_compiled(label, jax.jit(traced), inputs, where)
+                elif context is PORTABLE:
+                    with routes.force("portable"):
+                        got = _run_compiled(label, jax.jit(traced), inputs, where)
                 else:
                     with jax.set_mesh(context):
-                        got = _run_compiled(label, jax.jit(traced), inputs, allowed)
+                        got = _run_compiled(label, jax.jit(traced), inputs, where)
                 assert_close(label, got, want)
                 _assert_batch_sharded(label, (data(got[0]), got[1]))
             except Exception as error:  # report every setting, not just the first

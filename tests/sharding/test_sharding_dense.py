@@ -24,7 +24,16 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import semiring_jax as sj
-from tests.sharding.harness import B, assert_close, check_op, main, meshes, run_in_subprocess
+from semiring_jax._src.core import routes
+from tests.sharding.harness import (
+    CONDITION,
+    B,
+    assert_close,
+    check_op,
+    main,
+    meshes,
+    run_in_subprocess,
+)
 
 T, V = 12, 6
 
@@ -56,7 +65,28 @@ def check_dense_shared_graph(rng):
         ("viterbi_decode", sj.viterbi_decode),
         ("dense_occupancy", sj.dense_occupancy),
     ]:
-        check_op(name, lambda e, n, op=op: op(graph, e, n), args, diff=(0,))
+        check_op(
+            name,
+            lambda e, n, op=op: op(graph, e, n),
+            args,
+            diff=(0,),
+            auto_mesh_collectives=CONDITION,
+        )
+
+
+def check_route_ignores_the_device_count(rng):
+    """With several devices an unsharded call runs the route one device
+    runs (the CPU kernel, where built), and a sharded one its values."""
+    graph = _random_loop_chain(rng)
+    emissions, lengths = _emissions(rng)
+    step = jax.jit(lambda e, n: sj.dense_tot_score(graph, e, n))
+    text = step.lower(emissions, lengths).compile().as_text()
+    uses_kernel = "semiring_jax_dense_log_total" in text
+    assert uses_kernel == routes.kernels_available(), "the unsharded call changed route"
+    want = step(emissions, lengths)
+    for kind, mesh in meshes().items():
+        placed = jax.device_put((emissions, lengths), NamedSharding(mesh, P("batch")))
+        assert_close(f"dense_tot_score ({kind} mesh)", step(*placed), want)
 
 
 def check_shared_graph_gradient(rng):
@@ -96,6 +126,7 @@ def check_dense_batched_graph(rng):
             lambda e, w, g, n, op=op: op(g.replace(weight=w), e, n),
             (emissions, graphs.weight, graphs, lengths),
             diff=(0, 1),
+            auto_mesh_collectives=CONDITION,
         )
 
 
@@ -141,10 +172,12 @@ def check_mmi_loss(rng):
             (log_probs, num, lengths),
             diff=(0,),
             mixed=True,
+            auto_mesh_collectives=CONDITION,
         )
 
 
 CHECKS = [
+    check_route_ignores_the_device_count,
     check_dense_shared_graph,
     check_shared_graph_gradient,
     check_dense_batched_graph,

@@ -67,14 +67,19 @@ LEAKY_MMI = Op(
 PRUNED_SEARCH = Op(
     "intersect_dense_pruned",
     (
-        Route("host_kernel", ("cpu",), KERNEL_DTYPES, kernels=True, note="host default backend"),
+        Route(
+            "host_kernel", ("cpu",), KERNEL_DTYPES, kernels=True, note="on numpy data, outside XLA"
+        ),
         Route("traced_search"),
     ),
     reference="traced_search",
 )
 NBEST = Op(
     "nbest",
-    (Route("host_kernel", ("cpu",), kernels=True, note="host default backend"), Route("numpy")),
+    (
+        Route("host_kernel", ("cpu",), kernels=True, note="on numpy data, outside XLA"),
+        Route("numpy"),
+    ),
     reference="numpy",
 )
 
@@ -85,9 +90,12 @@ RECORDS: dict[Op, tuple[str, ...]] = {
     ENTROPY: ("entropy",),
     CTC_LOSS: ("ctc_loss",),
     TRANSDUCER_GRID: ("rnnt_loss", "rnnt_loss_simple", "rnnt_loss_smoothed", "rnnt_loss_pruned"),
-    DENSE_TOT_SCORE: ("dense_tot_score", "mmi_loss (numerators; denominator without leak)"),
+    DENSE_TOT_SCORE: (
+        "dense_tot_score",
+        "mmi_loss (numerators; the denominator where leaky_hmm = 0)",
+    ),
     VITERBI_DECODE: ("viterbi_decode",),
-    LEAKY_MMI: ("mmi_loss (denominator with leaky_coefficient > 0)",),
+    LEAKY_MMI: ("mmi_loss (the denominator where leaky_hmm > 0)",),
     PRUNED_SEARCH: ("intersect_dense_pruned",),
     NBEST: ("nbest",),
 }

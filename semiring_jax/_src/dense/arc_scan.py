@@ -43,6 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from semiring_jax._src.core import compensated, derivatives
+from semiring_jax._src.core.sharding import varying_like
 from semiring_jax._src.kernels import dense_ops
 
 __all__ = ["score_op"]
@@ -299,6 +300,9 @@ def _forward(
 
     steps = (jnp.arange(frames.logs.shape[0], dtype=jnp.int32), *frames[:3])
     init = (alpha, jnp.exp(alpha), compensated.add(zero, zero, scale))
+    # Inside jax.shard_map the start is a constant that meets per-device
+    # scores in the body: it starts as varying as they are.
+    init = varying_like(init, steps, g.weight)
     (alpha, _, (hi, lo)), kept = jax.lax.scan(step, init, steps)
     return alpha, hi + lo, kept
 
@@ -368,9 +372,8 @@ def _backward(
 
     steps = (jnp.arange(frames.logs.shape[0], dtype=jnp.int32), *frames[:3], alphas)
     arc_sum = jnp.zeros(g.weight.shape, g.weight.dtype) if want_arcs else None
-    (_, _, arc_sum), columns = jax.lax.scan(
-        step, (beta, jnp.exp(beta), arc_sum), steps, reverse=True
-    )
+    init = varying_like((beta, jnp.exp(beta), arc_sum), steps, g.weight)
+    (_, _, arc_sum), columns = jax.lax.scan(step, init, steps, reverse=True)
     return arc_sum, None if columns is None else jnp.moveaxis(columns, 0, 1)
 
 

@@ -338,23 +338,34 @@ def _frame_scan_totals(
     return _over_batch(one_utterance, graph, emissions, lengths)
 
 
-def total(semiring: Semiring, graph: Fsa, emissions: jax.Array, lengths: jax.Array) -> jax.Array:
-    """`dense_tot_score` [B] by the routes of `route_table.DENSE_TOT_SCORE`:
-    the CPU kernel (LOG, TROPICAL), the arc scan (LOG) or the frame scan."""
-    impls: dict[str, Callable[..., Any]] = {
+def _impls(semiring: Semiring) -> dict[str, Callable[..., Any]]:
+    return {
         "cpu_kernel": functools.partial(kernel_total, semiring),
         "arc_scan": _arc_scan_total,
         "frame_scan": functools.partial(_frame_scan_totals, semiring),
     }
+
+
+def total(semiring: Semiring, graph: Fsa, emissions: jax.Array, lengths: jax.Array) -> jax.Array:
+    """`dense_tot_score` [B] by the routes of `route_table.DENSE_TOT_SCORE`:
+    the CPU kernel (LOG, TROPICAL), the arc scan (LOG) or the frame scan."""
     return routes.dispatch(
         route_table.DENSE_TOT_SCORE,
-        impls,
+        _impls(semiring),
         graph,
         emissions,
         lengths,
         dtype=emissions.dtype,
         arithmetic=semiring.arithmetic,
     )
+
+
+def total_by(
+    route: str, semiring: Semiring, graph: Fsa, emissions: jax.Array, lengths: jax.Array
+) -> jax.Array:
+    """`dense_tot_score` [B] by the route named (tests and benchmarks
+    compare them; its conditions must hold)."""
+    return _impls(semiring)[route](graph, emissions, lengths)
 
 
 @functools.partial(jax.jit, static_argnames="semiring")

@@ -33,8 +33,9 @@ def _int32(aux: Lengths) -> Lengths:
 def log_likelihood(blank: int, log_probs: jax.Array, aux: Lengths) -> jax.Array:
     """log Z [B] by the forward kernel (-inf where infeasible); not
     differentiable by JAX (callers wrap it in `derivatives.score`)."""
-    call = jax.ffi.ffi_call(
-        loader.target("ctc_loss", log_probs.dtype),
+    call = loader.ffi(
+        "ctc_loss",
+        log_probs.dtype,
         jax.ShapeDtypeStruct(log_probs.shape[:1], log_probs.dtype),
         vmap_method="sequential",
     )
@@ -47,8 +48,9 @@ def _op(blank: int, reference: derivatives.ValueAndGrad) -> derivatives.KernelOp
     one static argument."""
 
     def kernel(log_probs: jax.Array, aux: Lengths) -> tuple[jax.Array, jax.Array]:
-        call = jax.ffi.ffi_call(
-            loader.target("ctc_grad", log_probs.dtype),
+        call = loader.ffi(
+            "ctc_grad",
+            log_probs.dtype,
             (
                 jax.ShapeDtypeStruct(log_probs.shape[:1], log_probs.dtype),
                 jax.ShapeDtypeStruct(log_probs.shape, log_probs.dtype),

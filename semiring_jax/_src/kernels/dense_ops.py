@@ -78,7 +78,7 @@ def _call(
     name: str, diff: Diff, aux: Aux, results: tuple[jax.ShapeDtypeStruct, ...], **attrs: Any
 ) -> tuple[jax.Array, ...]:
     emissions = diff[2]
-    call = jax.ffi.ffi_call(loader.target(name, emissions.dtype), results, vmap_method="sequential")
+    call = loader.ffi(name, emissions.dtype, results, vmap_method="sequential")
     return tuple(call(*_operands(diff, aux), **attrs))
 
 

@@ -80,9 +80,10 @@ import jax
 import numpy as np
 import numpy.typing as npt
 
+from semiring_jax._src.core import sharding
 from semiring_jax._src.kernels import build
 
-__all__ = ["HOST_FUNCTIONS", "TARGETS", "enabled", "host_function", "target"]
+__all__ = ["HOST_FUNCTIONS", "TARGETS", "enabled", "ffi", "host_function", "target"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -531,6 +532,19 @@ def pointer(array: np.ndarray, ctype: type) -> ctypes._Pointer:
     """A C pointer of `ctype` to a contiguous numpy array's data, for a
     host function's argument (the caller keeps the array alive)."""
     return array.ctypes.data_as(ctypes.POINTER(ctype))
+
+
+def ffi(op: str, dtype: npt.DTypeLike, results: Any, *, vmap_method: str) -> Any:
+    """`jax.ffi.ffi_call` of kernel `op` for inputs of `dtype`, whose
+    results are typed as varying over the manual mesh axes its operands
+    vary over: inside `jax.shard_map` a foreign call's results carry no such
+    type, and would not meet the scans' (a `lax.cond`, a scan's carry)."""
+    call = jax.ffi.ffi_call(target(op, dtype), results, vmap_method=vmap_method)
+
+    def run(*operands: Any, **attributes: Any) -> Any:
+        return sharding.varying_like(call(*operands, **attributes), operands)
+
+    return run
 
 
 def target(op: str, dtype: npt.DTypeLike) -> str:

@@ -40,8 +40,9 @@ def log_likelihood(moves: Moves, aux: Aux, num_positions: int) -> jax.Array:
     U + 1 = `num_positions` label positions; not differentiable by JAX
     (callers differentiate through the posteriors)."""
     blank_lp, emit_lp = moves
-    call = jax.ffi.ffi_call(
-        loader.target("rnnt_loss", blank_lp.dtype),
+    call = loader.ffi(
+        "rnnt_loss",
+        blank_lp.dtype,
         jax.ShapeDtypeStruct(blank_lp.shape[:1], blank_lp.dtype),
         vmap_method="sequential",
     )
@@ -56,8 +57,9 @@ def _op(reference: derivatives.ValueAndGrad, num_positions: int) -> derivatives.
     def kernel(moves: Moves, aux: Aux) -> tuple[jax.Array, Moves]:
         blank_lp, emit_lp = moves
         shape = jax.ShapeDtypeStruct(blank_lp.shape, blank_lp.dtype)
-        call = jax.ffi.ffi_call(
-            loader.target("rnnt_grad", blank_lp.dtype),
+        call = loader.ffi(
+            "rnnt_grad",
+            blank_lp.dtype,
             (jax.ShapeDtypeStruct(blank_lp.shape[:1], blank_lp.dtype), shape, shape),
             vmap_method="sequential",
         )

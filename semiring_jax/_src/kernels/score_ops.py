@@ -32,10 +32,6 @@ Diff = tuple[jax.Array, jax.Array]  # (weight [A], final_weight [S])
 Aux = tuple[Schedule, ArrayLeaf]  # (schedule, src [A])
 
 
-def _target(semiring: Semiring, what: str, dtype: jnp.dtype) -> str:
-    return loader.target(f"{semiring.arithmetic}_{what}", dtype)
-
-
 def _tables(schedule: Schedule) -> tuple[jax.Array, ...]:
     """The tables the kernels walk: pos_state, pull_end [L, W], pull_arc,
     pull_src [A]."""
@@ -52,8 +48,9 @@ def total(semiring: Semiring, schedule: Schedule, weight: ArrayLeaf, final: Arra
     """The total score [] of an unbatched Fsa by the value kernel (not
     differentiable by JAX: callers wrap it in `derivatives.score`)."""
     weight, final = _inputs(weight, final)
-    call = jax.ffi.ffi_call(
-        _target(semiring, "total", weight.dtype),
+    call = loader.ffi(
+        f"{semiring.arithmetic}_total",
+        weight.dtype,
         jax.ShapeDtypeStruct((), weight.dtype),
         vmap_method="broadcast_all",
     )
@@ -73,9 +70,7 @@ def _op(semiring: Semiring, reference: derivatives.ValueAndGrad) -> derivatives.
             jax.ShapeDtypeStruct(weight.shape, dtype),
             jax.ShapeDtypeStruct(final.shape, dtype),
         )
-        call = jax.ffi.ffi_call(
-            _target(semiring, "grad", dtype), shapes, vmap_method="broadcast_all"
-        )
+        call = loader.ffi(f"{semiring.arithmetic}_grad", dtype, shapes, vmap_method="broadcast_all")
         # The tropical trace-back also reads each arc's source state.
         extra = () if semiring.arithmetic == "log" else (jnp.asarray(src, jnp.int32),)
         value, arc_grad, final_grad = call(weight, final, *_tables(schedule), *extra)
@@ -115,9 +110,7 @@ def kbest(
         jax.ShapeDtypeStruct((k, length), jnp.int32),
         jax.ShapeDtypeStruct((k,), jnp.int32),
     )
-    call = jax.ffi.ffi_call(
-        loader.target("kbest", weight.dtype), shapes, vmap_method="broadcast_all"
-    )
+    call = loader.ffi("kbest", weight.dtype, shapes, vmap_method="broadcast_all")
     scores, paths, ends = call(weight, final, *_tables(schedule), k=np.int64(k))
     return scores, paths, ends
 
@@ -132,8 +125,6 @@ def entropy(schedule: Schedule, weight: ArrayLeaf, final: ArrayLeaf) -> tuple[ja
         jax.ShapeDtypeStruct(weight.shape, weight.dtype),
         jax.ShapeDtypeStruct(final.shape, weight.dtype),
     )
-    call = jax.ffi.ffi_call(
-        loader.target("entropy", weight.dtype), shapes, vmap_method="broadcast_all"
-    )
+    call = loader.ffi("entropy", weight.dtype, shapes, vmap_method="broadcast_all")
     value, arc_grad, final_grad = call(weight, final, *_tables(schedule))
     return value, (arc_grad, final_grad)

@@ -215,7 +215,9 @@ def check_op(
                 )
         for setting, traced, inputs, context in settings:
             label = f"{name} ({setting})"
-            where = allowed if context is not None or kind != "auto" else COLLECTIVES
+            # The CPU kernels on an auto-axis mesh: values only (above).
+            values_only = kind == "auto" and context is None
+            where = COLLECTIVES if values_only else allowed
             try:
                 if context is None:
                     got = _run_compiled(label, jax.jit(traced), inputs, where)
@@ -226,7 +228,8 @@ def check_op(
                     with jax.set_mesh(context):
                         got = _run_compiled(label, jax.jit(traced), inputs, where)
                 assert_close(label, got, want)
-                _assert_batch_sharded(label, (data(got[0]), got[1]))
+                if not values_only:
+                    _assert_batch_sharded(label, (data(got[0]), got[1]))
             except Exception as error:  # report every setting, not just the first
                 failures.append(f"{label}: {type(error).__name__}: {error}")
     if failures:

@@ -1,7 +1,7 @@
 """The portable LOG dense intersection over a graph's flat arcs (traced).
 
 `dense_tot_score` (LOG) and `mmi_loss` run this where the compiled kernel
-does not, on one device (a GPU, a TPU, the kernels off). It reads the graph as
+does not (a GPU, a TPU, the kernels off; `core/route_table.py`). It reads the graph as
 the kernel does (`dense_ops.Arcs`: src, dst, column [G, A], G = 1 when the
 batch shares it) and computes the forward and backward recursions over the
 whole batch at once, one `lax.scan` step per frame:
@@ -27,9 +27,10 @@ differences next to such numbers.
 
 Under `jax.vmap` over more axes the `lax.cond`s become selects, so both
 branches run: correct, at the cost of the log-space step. The conds'
-predicates are reductions over the batch, which a batch sharded over
-several devices would have to gather every frame: `serves` says no there,
-and the frame scan runs instead.
+predicates are reductions over the batch: on a batch sharded over an
+auto-axis mesh XLA all-reduces those booleans over the devices, and on an
+explicit-axis mesh (or inside `jax.shard_map`) each device decides for its
+own utterances.
 """
 
 from __future__ import annotations

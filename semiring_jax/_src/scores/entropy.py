@@ -200,7 +200,7 @@ def entropy(fsa: Fsa) -> jax.Array:
 
     Computed by the level recursion over the entropy semiring (records
     (log-mass, entropy); see `semiring_jax._src.scores.entropy`), whose
-    gradient is autodiff's; on a single CPU by a compiled kernel that runs
+    gradient is autodiff's; on the CPU by a compiled kernel that runs
     the same recursion and a backward pass for the gradient (the
     covariance of each arc's use with the path score).
     An Fsa with one path, or with none, has entropy 0.0 (never NaN), and

@@ -9,7 +9,7 @@ k² sums: in sorted a and b, the sum a[i] + b[j] is at most each of the
 with (i + 1)(j + 1) <= k can be among the k best (at most k·H(k) of them, 50 for
 k = 16, instead of 256).
 
-On a single CPU, `kbest_scores` runs a compiled search instead
+On the CPU, `kbest_scores` runs a compiled search instead
 (`kernels/scores.cc`, KBEST): one Viterbi pass, then each state's further
 prefixes only when a longer list downstream asks for them (Huang and
 Chiang's lazy k-best), so it costs one pass over the arcs plus about k
@@ -124,7 +124,7 @@ def kbest_semiring(k: int) -> Semiring:
 def kbest_scores(fsa: Fsa, k: int) -> jax.Array:
     """The k best path scores (arc weights plus final weight), best first.
 
-    The result of `tot_score` in `kbest_semiring(k)`: on a single CPU by a
+    The result of `tot_score` in `kbest_semiring(k)`: on the CPU by a
     compiled lazy search (one Viterbi pass, then further prefixes of only
     the states the k best paths reach, and the k paths traced back), the
     level scan elsewhere. Equal paths count separately (two parallel arcs

@@ -1,9 +1,10 @@
 """Total, forward and backward scores and arc posteriors (jit/vmap/grad).
 
 Semirings that declare an `arithmetic` ("log": LOG's, "tropical":
-TROPICAL's) run the compensated level scans of `scores/level_pairs.py` (or, on a
-single CPU, the compiled kernels of `score_ops.py`); any other semiring
-runs the float level scans of `level_scan.py`. `tot_score` is
+TROPICAL's) run the compensated level scans of `scores/level_pairs.py` (or, on
+the CPU, the compiled kernels of `score_ops.py`: `route_table.TOT_SCORE`);
+any other semiring runs the float level scans of `level_scan.py`.
+`tot_score` is
 differentiated by `derivatives.score`: a custom JVP whose tangent is
 ⟨gradient, tangent⟩, with the gradient computed once by a backward
 recursion — LOG's posteriors exp(α + w + β - Z), TROPICAL's trace-back of

@@ -1,8 +1,8 @@
 """The transducer grid's CPU kernel (`_src/kernels/rnnt.cc`) against the
 portable diagonal scans, on bands of every shape.
 
-On a single CPU device the transducer losses run the kernel; elsewhere the
-scans of `transducer/diagonal_scan.py`. Both must give the same
+On the CPU the transducer losses run the kernel; on GPUs and TPUs the
+scans of `transducer/diagonal_scan.py` (docs/routes.md). Both must give the same
 log-likelihoods and move posteriors (the gradients), the same -inf, NaN
 and zeros, and the same second derivatives. The enumeration tests of
 `tests/transducer` check the path this machine runs against brute force.

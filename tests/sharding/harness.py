@@ -3,8 +3,9 @@ and compare it with one device.
 
 XLA fixes the device count when jax is imported, so each test module runs its
 checks in a subprocess with 4 host CPU devices (`run_in_subprocess`); the rest
-of the suite keeps one device. On several devices the portable scans serve (the
-CPU kernels are for a single device), so these runs check the scans.
+of the suite keeps one device. Routes do not depend on the device count, so
+these runs check the CPU kernels where they are built, and on the auto-axis
+mesh the portable routes too (what GPUs and TPUs run).
 
 `check_op` runs `fn` and the gradient of its outputs (pulled back from a
 cotangent sharded like the batch) under `jax.jit`, in these settings:
@@ -12,7 +13,9 @@ cotangent sharded like the batch) under `jax.jit`, in these settings:
 - an explicit-axis mesh, `jax.make_mesh((4,), ("batch",))` (JAX's default),
   inputs placed with `NamedSharding`, without and with `jax.set_mesh(mesh)`
   (and, where asked, with the lengths replicated rather than split);
-- an auto-axis mesh (`axis_types=(AxisType.Auto,)`), inputs placed so;
+- an auto-axis mesh (`axis_types=(AxisType.Auto,)`), inputs placed so: once
+  on the CPU routes (values only: XLA cannot split a foreign call, so the
+  kernels run on the gathered batch) and once on the portable routes;
 - `jax.shard_map` over the explicit mesh, in and out specs `P("batch")`.
 
 In each it asserts that values and gradients equal one device's, that every

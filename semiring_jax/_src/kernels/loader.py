@@ -48,14 +48,15 @@ folder, and for an hour no process builds that key again (each would pay
 the same failure): they warn that the failure is remembered and use the
 scan. `SEMIRING_JAX_BUILD_RETRY=1`, or deleting the marker, retries sooner.
 
-The FFI kernels serve a single CPU device, the host functions (the
-searches of `nbest` and `intersect_dense_pruned`) a CPU backend: on a GPU
-or TPU host nothing is built. Where no compiler is found, or the build
-fails, `enabled()` is False (with one `RuntimeWarning` saying why, naming
-the user's line that led to the build) and every op uses the portable
-`lax.scan` recursions, which give the same results; so do other backends
-and runs with several devices. Set `SEMIRING_JAX_CPU_KERNELS=0` to use the
-scan always (and silence the warning).
+The FFI kernels serve programs lowered for the CPU, the host functions
+(the searches of `nbest` and `intersect_dense_pruned`) a process whose
+default backend is the CPU: on a GPU or TPU host nothing is built. Each
+op's route record (`core/route_table.py`) says where its kernel runs.
+Where no compiler is found, or the build fails, `enabled()` is False (with
+one `RuntimeWarning` saying why, naming the user's line that led to the
+build) and the CPU runs each op's next route, with the same results. Set
+`SEMIRING_JAX_CPU_KERNELS=0` to use the portable routes always (and silence
+the warning).
 """
 
 from __future__ import annotations

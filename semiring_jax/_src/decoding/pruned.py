@@ -25,10 +25,10 @@ import numpy as np
 
 from semiring_jax._src.core import checks
 from semiring_jax._src.core.fsa import Fsa
+from semiring_jax._src.core.inputs import check_inputs
 from semiring_jax._src.decoding import beam_search
 from semiring_jax._src.decoding.host import pruned_lattice
 from semiring_jax._src.decoding.host.active_rows import ActiveRows
-from semiring_jax._src.dense.dense import check_inputs
 from semiring_jax._src.dense.host.lattice_structure import LatticeStructure
 from semiring_jax._src.dense.lattice import graph_entry, lattice_batch
 from semiring_jax._src.kernels import beam_search_ops, pruned_lattice_ops

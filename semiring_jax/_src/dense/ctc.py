@@ -22,6 +22,7 @@ import numpy.typing as npt
 from jax.typing import DTypeLike
 
 from semiring_jax._src.core import checks, derivatives
+from semiring_jax._src.core.batch import stack
 from semiring_jax._src.core.fsa import Fsa, assemble
 from semiring_jax._src.core.host import build
 from semiring_jax._src.core.inputs import check_blank, check_emissions, check_labels, check_lengths
@@ -206,8 +207,6 @@ def ctc_graph(
     for b, row in enumerate(_label_rows(labels, label_lengths, "ctc_graph")):
         _check_row(row, f"labels[{b}]", blank)
         graphs.append(_one_ctc_graph(row, blank, dtype))
-    from semiring_jax._src.core.batch import stack  # batch imports fsa; avoid a cycle
-
     return stack(graphs)
 
 

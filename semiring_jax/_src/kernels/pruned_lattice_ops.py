@@ -5,7 +5,8 @@
 the arcs between consecutive frames' active states, where the numpy one
 holds every frame's such arcs at once. It is plain C called through ctypes
 on numpy arrays (the lattice is built on the host, outside any XLA
-program), so it serves any backend once the library is built.
+program), so it serves a CPU backend of any number of devices; on a GPU or
+TPU host the library is not built, and numpy's builder serves.
 """
 
 from __future__ import annotations

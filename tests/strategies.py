@@ -53,11 +53,41 @@ def padded(fsa):
     result, and K = 2 slots per position makes every state of degree > 2
     use a fan tree of helpers, so the trees are exercised too (the sizes
     fit every draw: at most 13 steps of 6 and 24 helpers)."""
-    from semiring_jax._src.core.batch import pad_entry
     from semiring_jax._src.core.host.schedule_tables import ScheduleShape
 
     shape = ScheduleShape(steps=16, width=6, in_slots=2, out_slots=2, helpers=28)
     return pad_entry(fsa, 6, 12, shape)
+
+
+def pad_entry(fsa, num_states, num_arcs, shape):
+    """One unbatched Fsa padded to `num_states`, `num_arcs` and schedule
+    `shape` (None: the padded structure's own), as `sj.stack` pads an entry:
+    padding arcs masked off and padding states not final, both weighing
+    -inf."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from semiring_jax._src.core.fsa import assemble
+    from semiring_jax._src.core.host.build import ArcArrays
+
+    def pad(values, size, fill):
+        xp = jnp if isinstance(values, jax.Array) else np
+        values = xp.asarray(values)
+        return xp.concatenate([values, xp.full((size - values.shape[0],), fill, values.dtype)])
+
+    structure = (np.asarray(field) for field in (fsa.src, fsa.dst, fsa.ilabel, fsa.olabel))
+    arrays = ArcArrays(
+        num_states,
+        *(pad(field, num_arcs, 0) for field in structure),
+        pad(fsa.weight, num_arcs, -np.inf),
+        pad(fsa.final_weight, num_states, -np.inf),
+        fsa.is_acceptor,
+        pad(np.asarray(fsa.final_mask), num_states, False),
+    )
+    arc_mask = pad(np.asarray(fsa.arc_mask), num_arcs, False)
+    real_sizes = (fsa.num_states, fsa.num_arcs)
+    return assemble(arrays, arc_mask=arc_mask, shape=shape, real_sizes=real_sizes)
 
 
 @st.composite

@@ -85,3 +85,16 @@ def test_no_import_circles():
     for name in graph:
         if name not in state:
             visit(name, [name])
+
+
+@pytest.mark.parametrize(
+    "name", sorted(n for n in MODULES if n.startswith("semiring_jax._src.kernels."))
+)
+def test_kernel_glue_imports_no_op_package(name):
+    # The glue takes and returns plain arrays; the ops that call it wrap
+    # them in their own types, so kernels/ sits below the packages it serves.
+    for imported in _imports(MODULES[name]):
+        for package in ("semiring_jax._src.decoding", "semiring_jax._src.dense"):
+            assert imported != package and not imported.startswith(f"{package}."), (
+                f"{name} imports {imported}"
+            )

@@ -6,6 +6,7 @@ import pytest
 import semiring_jax as sj
 from semiring_jax._src.core.host import schedule_tables
 from semiring_jax._src.structural.arc_map import placeholder
+from tests.strategies import pad_entry
 
 
 def test_number_of_steps_is_the_depth_not_the_states():
@@ -65,8 +66,6 @@ def test_fan_trees_keep_arc_order_for_ties():
     tables = schedule_tables.build_schedule_arrays(6, src, dst, np.ones(src.size, bool), shape)
     assert tables["helper_grad_index"].size == 20 and (tables["in_arc"] >= 13).any()
     fsa = sj.Fsa.from_arcs([(s, d, 1, 0.0) for s, d in zip(src, dst)], final=[5])
-    from semiring_jax._src.core.batch import pad_entry
-
     treed = pad_entry(fsa, 6, 11, shape)
     assert float(sj.tot_score(treed)) == pytest.approx(np.log(7))
     indicator = np.asarray(sj.arc_posteriors(treed, sj.TROPICAL))

@@ -13,11 +13,10 @@ from hypothesis import strategies as st
 from jax.test_util import check_grads
 
 import semiring_jax as sj
-from semiring_jax._src.core.batch import pad_entry
 from semiring_jax._src.core.host import dense_tables
 from semiring_jax._src.core.host import schedule_tables as host_schedule
 from tests import oracles
-from tests.strategies import as_rows, dense_graphs
+from tests.strategies import as_rows, dense_graphs, pad_entry
 
 SETTINGS = settings(max_examples=25, deadline=None)
 TOL = {"float32": dict(rtol=3e-5, atol=3e-5), "float64": dict(rtol=1e-10, atol=1e-10)}

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from semiring_jax._src.decoding import beam_search
+from semiring_jax._src.decoding.host.active_rows import ActiveRows
 from semiring_jax._src.kernels import beam_search_ops, loader
 
 pytestmark = pytest.mark.skipif(not loader.enabled(), reason="the CPU kernels are not built")
@@ -63,7 +64,7 @@ def _both(inputs, slots, min_active, search_beam, max_arcs):
         if found is None:
             flagged[b] = 1
         else:
-            kernel[b] = found.padded(T, slots)
+            kernel[b] = ActiveRows(*found).padded(T, slots)
     return np.asarray(traced), kernel, flagged
 
 

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from semiring_jax._src.decoding import beam_search
 from semiring_jax._src.decoding.host import pruned_lattice
 from semiring_jax._src.decoding.host.active_rows import ActiveRows
+from semiring_jax._src.dense.host.lattice_structure import LatticeStructure
 from semiring_jax._src.kernels import beam_search_ops, loader, pruned_lattice_ops
 
 pytestmark = pytest.mark.skipif(not loader.enabled(), reason="the CPU kernels are not built")
@@ -79,6 +80,7 @@ def test_kernel_builds_the_numpy_lattice_of_a_searchs_rows(seed, odd, output_bea
         )
     if rows is None:  # a NaN or +inf candidate: the traced search's case
         return
+    rows = ActiveRows(*rows)
     active = [np.unique(rows.state[rows.first[t] : rows.first[t + 1]]) for t in range(length + 1)]
     with np.errstate(invalid="ignore"):
         expected = pruned_lattice.pruned_lattice(
@@ -108,6 +110,7 @@ def _graphs(src, dst, label, weight, final):
 
 
 def _assert_same(found, expected):
+    found = LatticeStructure(*found)  # the kernel's plain tuple, in the fields' order
     assert found.num_states == expected.num_states
     for name in ("src", "dst", "arc", "frame", "final_state"):
         np.testing.assert_array_equal(getattr(found, name), getattr(expected, name), err_msg=name)

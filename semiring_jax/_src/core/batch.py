@@ -13,7 +13,7 @@ import numpy as np
 
 from semiring_jax._src.core import checks
 from semiring_jax._src.core.fsa import Entry, Fsa, assemble, build_tables, is_built
-from semiring_jax._src.core.host import build, levels, schedule_tables
+from semiring_jax._src.core.host import build, levels
 from semiring_jax._src.core.schedule import Schedule
 from semiring_jax._src.core.sharding import per_device
 
@@ -22,7 +22,6 @@ __all__ = [
     "check_alike",
     "jit_over_batch",
     "map_batch",
-    "pad_entry",
     "stack",
     "stack_entries",
     "unstack",
@@ -219,17 +218,6 @@ def _pad_lengths(lengths: levels.PathLengths, num_states: int) -> levels.PathLen
     """Path lengths of an entry padded with states of no arc (lengths 0)."""
     height = None if lengths.height is None else _pad(lengths.height, num_states, 0)
     return levels.PathLengths(_pad(lengths.earliest, num_states, 0), height)
-
-
-def pad_entry(
-    fsa: Fsa, num_states: int, num_arcs: int, shape: schedule_tables.ScheduleShape | None
-) -> Fsa:
-    """One unbatched Fsa padded to `num_states`, `num_arcs` and `shape`."""
-    padded = _padded(fsa, num_states, num_arcs, fsa.is_acceptor)
-    arrays = padded.arrays._replace(final_mask=padded.final_mask)
-    return assemble(
-        arrays, arc_mask=padded.arc_mask, shape=shape, real_sizes=tuple(padded.real_sizes)
-    )
 
 
 def _host_structure(fsa: Fsa, fn: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

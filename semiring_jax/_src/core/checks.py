@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 import jax
@@ -62,14 +63,26 @@ def check_shape(value: Any, name: str, fn: str, expected: tuple[int, ...], descr
         )
 
 
-def check_int(value: Any, name: str, fn: str, low: int) -> int:
-    """`value` as an int in [low, 2**31 - 1] (int32); a ValueError naming
-    `name` otherwise (bools are refused)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{fn}: {name} must be an int, got {value!r}")
-    if not low <= value <= np.iinfo(np.int32).max:
-        raise ValueError(f"{fn}: {name} = {value} is outside [{low}, 2**31 - 1]")
-    return int(value)
+def check_int(value: Any, name: str, fn: str, low: int | None = None) -> int:
+    """`value` as a Python int: a Python or numpy integer, or a 0-d integer
+    array (numpy, or concrete JAX); with `low`, one in [low, 2**31 - 1]
+    (ids and sizes are int32). A ValueError naming `name` for anything else:
+    bools (an int subclass, but never meant as a count), floats (even
+    integral ones: 2.0 hides a mistake), strings and traced values."""
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{fn}: {name} must be an int, got bool {bool(value)}")
+    try:
+        number = operator.index(value)
+    except TypeError:
+        shown = (
+            "a traced value"
+            if is_traced(value)
+            else f"{type(value).__name__} {repr(value) if isinstance(value, str) else value}"
+        )
+        raise ValueError(f"{fn}: {name} must be an int, got {shown}") from None
+    if low is not None and not low <= number <= np.iinfo(np.int32).max:
+        raise ValueError(f"{fn}: {name} = {number} is outside [{low}, 2**31 - 1]")
+    return number
 
 
 def check_finite_float(value: Any, name: str, fn: str, low: float | None = None) -> float:

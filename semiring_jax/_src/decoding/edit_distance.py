@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from semiring_jax._src.core import checks
+from semiring_jax._src.core.inputs import as_array, dtype_of
 from semiring_jax._src.core.sharding import per_device, varying_like
-from semiring_jax._src.dense.dense import as_array, dtype_of
 
 __all__ = ["edit_distance"]
 

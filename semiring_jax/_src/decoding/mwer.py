@@ -19,11 +19,11 @@ import numpy as np
 
 from semiring_jax._src.core import checks
 from semiring_jax._src.core.fsa import Fsa
+from semiring_jax._src.core.inputs import as_array, check_lengths, dtype_of
 from semiring_jax._src.core.sharding import per_device
 from semiring_jax._src.decoding.edit_distance import check_label_range, edit_distance
 from semiring_jax._src.decoding.nbest import nbest
 from semiring_jax._src.decoding.sampling import sample_paths
-from semiring_jax._src.dense.dense import as_array, check_lengths, dtype_of
 from semiring_jax._src.scores.tot_score import tot_score
 
 __all__ = ["mwer_loss"]

@@ -25,10 +25,10 @@ import numpy as np
 
 from semiring_jax._src.core import checks, route_table, routes
 from semiring_jax._src.core.fsa import Fsa
+from semiring_jax._src.core.inputs import check_inputs
 from semiring_jax._src.decoding import beam_search
 from semiring_jax._src.decoding.host import pruned_lattice
 from semiring_jax._src.decoding.host.active_rows import ActiveRows
-from semiring_jax._src.dense.dense import check_inputs
 from semiring_jax._src.dense.host.lattice_structure import LatticeStructure
 from semiring_jax._src.dense.lattice import graph_entry, lattice_batch
 from semiring_jax._src.kernels import beam_search_ops, pruned_lattice_ops
@@ -176,8 +176,8 @@ def intersect_dense_pruned(
             found = beam_search_ops.search(graphs[b].tables, rows[b], int(lengths[b]), **sizes)
             if found is None:  # a NaN or +inf candidate: searched again below
                 return None
-            return pruned_lattice_ops.pruned_lattice(
-                graphs[b].lattice, values[b], found, int(lengths[b]), output_beam, searched=True
+            return _compiled_lattice(
+                graphs[b], values[b], ActiveRows(*found), int(lengths[b]), output_beam
             )
 
         with concurrent.futures.ThreadPoolExecutor(min(batch, os.cpu_count() or 1)) as pool:
@@ -189,9 +189,7 @@ def intersect_dense_pruned(
         length = int(lengths[b])
         if compiled:
             found = ActiveRows.from_padded(padded, length)
-            structures[b] = pruned_lattice_ops.pruned_lattice(
-                graphs[b].lattice, values[b], found, length, output_beam, searched=True
-            )
+            structures[b] = _compiled_lattice(graphs[b], values[b], found, length, output_beam)
         else:
             structures[b] = _numpy_lattice(graphs[b], values[b], padded, length, output_beam)
     parts = [host.parts for host in graphs]
@@ -242,6 +240,18 @@ class _HostGraph(NamedTuple):
             tables.out_start, tables.dst[:-1], tables.label[:-1], order, weight[order], final
         )
         return cls(fsa, parts, real, weight, final, search, tables, lattice)
+
+
+def _compiled_lattice(
+    graph: _HostGraph, values: np.ndarray, rows: ActiveRows, length: int, output_beam: float
+) -> LatticeStructure:
+    """One utterance's lattice by the compiled builder, from the rows a
+    search kept (so `searched`: every kept state is reachable)."""
+    return LatticeStructure(
+        *pruned_lattice_ops.pruned_lattice(
+            graph.lattice, values, rows, length, output_beam, searched=True
+        )
+    )
 
 
 def _with_spare_weight(native: np.ndarray, order: np.ndarray, dtype: Any) -> np.ndarray:

@@ -12,7 +12,6 @@ state is gathered once per frame, not once per arc.
 from __future__ import annotations
 
 import functools
-import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,54 +22,23 @@ import numpy.typing as npt
 from jax.typing import DTypeLike
 
 from semiring_jax._src.core import checks, derivatives, route_table, routes
+from semiring_jax._src.core.batch import stack
 from semiring_jax._src.core.fsa import Fsa, assemble
 from semiring_jax._src.core.host import build
+from semiring_jax._src.core.inputs import check_blank, check_emissions, check_labels, check_lengths
 from semiring_jax._src.core.semiring import LOG
 from semiring_jax._src.core.sharding import per_device
 from semiring_jax._src.dense import frame_scan
-from semiring_jax._src.dense.dense import (
-    as_array,
-    best_columns,
-    check_emissions,
-    check_lengths,
-    dtype_of,
-)
+from semiring_jax._src.dense.dense import best_columns
 from semiring_jax._src.dense.frame_scan import Slots
 from semiring_jax._src.kernels import ctc_ops
 
-__all__ = ["check_int", "check_labels", "ctc_graph", "ctc_loss", "ctc_topo", "forced_align"]
+__all__ = ["ctc_graph", "ctc_loss", "ctc_topo", "forced_align"]
 
 # (input_lengths [B], labels [B, U], label_lengths [B])
 Lengths = tuple[jax.Array, jax.Array, jax.Array]
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
-
-
-def check_int(value: Any, name: str, fn: str) -> int:
-    """`value` as a Python int: a Python or numpy integer (a 0-d integer
-    array too), not a bool, a float or a traced value."""
-    if isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{fn}: {name} must be an int, got bool {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        shown = (
-            "a traced value"
-            if checks.is_traced(value)
-            else f"{type(value).__name__} {repr(value) if isinstance(value, str) else value}"
-        )
-        raise ValueError(f"{fn}: {name} must be an int, got {shown}") from None
-
-
-def _check_blank(blank: Any, vocab_size: int | None, fn: str) -> int:
-    """The blank as an int in [0, V) ([0, 2**31) without a V)."""
-    blank = check_int(blank, "blank", fn)
-    if vocab_size is None:
-        if not 0 <= blank <= _INT32_MAX:
-            raise ValueError(f"{fn}: blank = {blank} is outside [0, 2**31 - 1]; tokens are int32")
-    elif not 0 <= blank < vocab_size:
-        raise ValueError(f"{fn}: blank = {blank} is outside [0, V) = [0, {vocab_size})")
-    return blank
 
 
 def ctc_topo(
@@ -108,14 +76,8 @@ def ctc_topo(
       >>> sj.ctc_topo(3, modified=True).num_arcs
       9
     """
-    vocab_size = check_int(vocab_size, "vocab_size", "ctc_topo")
-    if vocab_size < 1:
-        raise ValueError(f"ctc_topo: vocab_size must be at least 1, got {vocab_size}")
-    blank = check_int(blank, "blank", "ctc_topo")
-    if not 0 <= blank < vocab_size:
-        raise ValueError(
-            f"ctc_topo: blank = {blank} is outside [0, vocab_size) = [0, {vocab_size})"
-        )
+    vocab_size = checks.check_int(vocab_size, "vocab_size", "ctc_topo", 1)
+    blank = check_blank(blank, vocab_size, "ctc_topo")
     # Token t lives in state _state(t): the blank must be state 0 (the start).
     tokens = np.arange(vocab_size)
     state = np.where(tokens == blank, 0, np.where(tokens == 0, blank, tokens))
@@ -193,24 +155,9 @@ def _label_rows(labels: Any, label_lengths: Any | None, fn: str) -> list[np.ndar
         raise ValueError(f"{fn}: labels must have shape [B, U], got {labels.shape}")
     if label_lengths is None:
         return list(labels)
-    lengths = checks.concrete(label_lengths, "label_lengths", fn)
-    _check_label_lengths(lengths, labels.shape, fn)
-    return [labels[b, :n] for b, n in enumerate(lengths.tolist())]
-
-
-def _check_label_lengths(lengths: np.ndarray, labels_shape: tuple[int, ...], fn: str) -> None:
-    batch, max_labels = labels_shape
-    if lengths.shape != (batch,):
-        raise ValueError(
-            f"{fn}: label_lengths must have shape [B] = ({batch},), got {lengths.shape}"
-        )
-    bad = np.flatnonzero((lengths < 0) | (lengths > max_labels))
-    if bad.size:
-        b = int(bad[0])
-        raise ValueError(
-            f"{fn}: label_lengths[{b}] = {lengths[b]} but labels has room for "
-            f"U = {max_labels} labels (and lengths must be >= 0)"
-        )
+    checks.check_not_traced(label_lengths, "label_lengths", fn)
+    lengths = check_lengths(label_lengths, len(labels), labels.shape[1], fn, "label_lengths", "U")
+    return [labels[b, :n] for b, n in enumerate(np.asarray(lengths).tolist())]
 
 
 def ctc_graph(
@@ -251,7 +198,7 @@ def ctc_graph(
       >>> graph.batch_shape, graph.num_states
       ((2,), 5)
     """
-    blank = _check_blank(blank, None, "ctc_graph")
+    blank = check_blank(blank, None, "ctc_graph")
     if label_lengths is None and _is_one_sequence(labels):
         row = _integer_labels(labels, "labels", "ctc_graph").reshape(-1)
         _check_row(row, "labels", blank)
@@ -260,8 +207,6 @@ def ctc_graph(
     for b, row in enumerate(_label_rows(labels, label_lengths, "ctc_graph")):
         _check_row(row, f"labels[{b}]", blank)
         graphs.append(_one_ctc_graph(row, blank, dtype))
-    from semiring_jax._src.core.batch import stack  # batch imports fsa; avoid a cycle
-
     return stack(graphs)
 
 
@@ -469,48 +414,6 @@ def _check_ctc_inputs(
     input_lengths = check_lengths(input_lengths, batch, num_frames, fn, "input_lengths", "T")
     labels, label_lengths = check_labels(labels, label_lengths, batch, vocab_size, blank, fn)
     return log_probs, input_lengths, labels, label_lengths
-
-
-def check_labels(
-    labels: npt.ArrayLike,
-    label_lengths: npt.ArrayLike,
-    batch: int,
-    vocab_size: int,
-    blank: Any,
-    fn: str,
-) -> tuple[jax.Array, jax.Array]:
-    """Padded label sequences int [B, U] and their lengths int [B] (in
-    [0, U]), as int32: every used label in [0, V) and not `blank` (an int
-    in [0, V)); values checked when concrete, traced ones clamped into
-    range before the cast (never wrapped). The CTC and transducer losses'
-    labels."""
-    labels = as_array(labels, "labels", fn)
-    label_lengths = as_array(label_lengths, "label_lengths", fn)
-    if np.ndim(labels) != 2 or np.shape(labels)[0] != batch:
-        raise ValueError(
-            f"{fn}: labels must have shape [B, U] with B = {batch}, got {tuple(np.shape(labels))}"
-        )
-    if not np.issubdtype(dtype_of(labels), np.integer):
-        raise ValueError(f"{fn}: labels must hold integers, got {dtype_of(labels)}")
-    max_labels = np.shape(labels)[1]
-    blank = _check_blank(blank, vocab_size, fn)
-    if not checks.is_traced(label_lengths):
-        _check_label_lengths(np.asarray(label_lengths), (batch, max_labels), fn)
-    label_lengths = check_lengths(label_lengths, batch, max_labels, fn, "label_lengths", "U")
-    if not checks.is_traced(labels) and not checks.is_traced(label_lengths):
-        values = np.asarray(labels)
-        used = np.arange(max_labels) < np.asarray(label_lengths)[:, None]
-        bad = np.argwhere(used & ((values < 0) | (values >= vocab_size) | (values == blank)))
-        if bad.size:
-            b, u = (int(i) for i in bad[0])
-            raise ValueError(
-                f"{fn}: labels[{b}, {u}] = {values[b, u]} is outside [0, V) = "
-                f"[0, {vocab_size}) or equals blank = {blank}"
-            )
-    # Padding (and, traced, anything) into [0, V) before the cast, so that
-    # an int64 label never wraps to a small int32 one.
-    labels = jnp.clip(jnp.asarray(labels), 0, vocab_size - 1).astype(jnp.int32)
-    return labels, label_lengths
 
 
 def ctc_loss(

@@ -16,152 +16,18 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import numpy.typing as npt
 
-from semiring_jax._src.core import checks, derivatives, records, route_table, routes
+from semiring_jax._src.core import derivatives, records, route_table, routes
 from semiring_jax._src.core.fsa import Fsa
-from semiring_jax._src.core.host import messages
+from semiring_jax._src.core.inputs import check_inputs
 from semiring_jax._src.core.semiring import LOG, TROPICAL, Semiring, lifted
 from semiring_jax._src.core.sharding import per_device
 from semiring_jax._src.dense import arc_scan, frame_scan
 from semiring_jax._src.dense.slots import Slots, Tree
 from semiring_jax._src.kernels import dense_ops
 
-__all__ = [
-    "as_array",
-    "check_emissions",
-    "check_graph",
-    "check_lengths",
-    "dense_tot_score",
-    "dtype_of",
-    "graph_slots",
-    "viterbi_decode",
-]
-
-
-def as_array(values: Any, name: str, fn: str) -> Any:
-    """`values` as an array: an array (numpy, JAX, traced) unchanged; Python
-    lists, tuples and scalars as numpy, floats in JAX's default float dtype
-    (float32 unless jax_enable_x64: what `jnp.asarray` makes of them) and
-    integers at full width, so that their values are checked before any
-    cast to int32. A ValueError for ragged or non-numeric data."""
-    if hasattr(values, "dtype") and hasattr(values, "shape"):
-        return values
-    try:
-        array = np.asarray(values)
-    except jax.errors.TracerArrayConversionError:
-        return jnp.asarray(values)  # e.g. a list of traced scalars
-    except (TypeError, ValueError, OverflowError) as err:
-        raise ValueError(
-            f"{fn}: {name} must be an array, or a rectangular list or tuple, of numbers: "
-            f"{messages.cut(str(err), 120)}"
-        ) from None
-    if array.dtype.kind not in "biuf":
-        raise ValueError(
-            f"{fn}: {name} must hold numbers (integers within int64), got dtype {array.dtype}"
-        )
-    if array.dtype.kind == "f":
-        array = array.astype(jax.dtypes.canonicalize_dtype(array.dtype))
-    return array
-
-
-def dtype_of(values: Any) -> np.dtype:
-    """The dtype of an array or of array-like data (lists, tuples, scalars:
-    the dtype `as_array` gives them)."""
-    if hasattr(values, "dtype"):
-        return np.dtype(values.dtype)
-    return np.dtype(as_array(values, "values", "dtype_of").dtype)
-
-
-def check_float_array(values: Any, rank: int, shape: str, name: str, fn: str) -> jax.Array:
-    """`values` as a float array of `rank` (its axes described by `shape`,
-    e.g. "[B, T, V]"); a ValueError otherwise."""
-    values = as_array(values, name, fn)
-    if np.ndim(values) != rank:
-        raise ValueError(
-            f"{fn}: {name} must have rank {rank}, {shape}, got shape {tuple(np.shape(values))}"
-        )
-    dtype = dtype_of(values)
-    if not np.issubdtype(dtype, np.floating):
-        raise ValueError(f"{fn}: {name} must be float32 or float64, got {dtype}")
-    checks.check_float_dtype(dtype, name, fn)
-    return jnp.asarray(values)
-
-
-def check_emissions(emissions: Any, fn: str, name: str = "emissions") -> jax.Array:
-    """`emissions` as a float [B, T, V] array; a ValueError otherwise."""
-    return check_float_array(emissions, 3, "[B, T, V]", name, fn)
-
-
-def check_lengths(
-    lengths: Any, batch: int, limit: int, fn: str, name: str, limit_name: str
-) -> jax.Array:
-    """int32 [B] lengths in [0, limit]: values checked when concrete (before
-    the cast), clamped to [0, limit] when traced (before the cast, so that
-    an int64 length of 2**32 + 5 never wraps to 5)."""
-    if lengths is None:
-        return jnp.full((batch,), limit, jnp.int32)
-    lengths = as_array(lengths, name, fn)
-    if tuple(np.shape(lengths)) != (batch,):
-        raise ValueError(
-            f"{fn}: {name} must have shape [B] = ({batch},), got {tuple(np.shape(lengths))}"
-        )
-    if not np.issubdtype(dtype_of(lengths), np.integer):
-        raise ValueError(f"{fn}: {name} must hold integers, got {dtype_of(lengths)}")
-    if not checks.is_traced(lengths):
-        values = np.asarray(lengths)
-        bad = np.flatnonzero((values < 0) | (values > limit))
-        if bad.size:
-            b = int(bad[0])
-            raise ValueError(
-                f"{fn}: {name}[{b}] = {values[b]} is outside [0, {limit_name}] = [0, {limit}]"
-            )
-        return jnp.asarray(lengths).astype(jnp.int32)
-    return jnp.clip(lengths, 0, limit).astype(jnp.int32)
-
-
-def check_inputs(
-    graph: Any, emissions: Any, lengths: Any, fn: str, *, host: bool = False
-) -> tuple[jax.Array, Any]:
-    """The checks every dense op makes of (graph, emissions [B, T, V],
-    lengths [B] or None for T): (emissions, int32 lengths), the lengths as
-    numpy values with `host` (they must be concrete: the op builds on the
-    host), else a JAX array."""
-    emissions = check_emissions(emissions, fn)
-    batch, num_frames, num_columns = emissions.shape
-    if host:
-        lengths = np.full(batch, num_frames) if lengths is None else lengths
-        lengths = checks.concrete(lengths, "lengths", fn)
-    checked = check_lengths(lengths, batch, num_frames, fn, "lengths", "T")
-    check_graph(graph, batch, num_columns, emissions.dtype, fn)
-    return emissions, np.asarray(lengths, np.int32) if host else checked
-
-
-def check_graph(graph: Any, batch: int, num_columns: int, dtype: np.dtype, fn: str) -> None:
-    """Raises unless `graph` is an Fsa shared by the batch or one per entry,
-    with labels in [0, V) (checked when concrete) and the emissions' dtype."""
-    if not isinstance(graph, Fsa):
-        raise TypeError(f"{fn}: graph must be an Fsa, got {type(graph).__name__}")
-    if graph.batch_shape not in ((), (batch,)):
-        raise ValueError(
-            f"{fn}: graph has batch_shape {graph.batch_shape} but emissions "
-            f"has B = {batch}; pass one graph or a batch of B graphs"
-        )
-    if graph.dtype != dtype:
-        raise ValueError(f"{fn}: graph weights are {graph.dtype} but emissions are {dtype}")
-    if checks.is_traced(graph.ilabel) or checks.is_traced(graph.arc_mask):
-        return
-    labels = np.atleast_2d(np.asarray(graph.ilabel))  # [B or 1, A]
-    real = np.atleast_2d(np.asarray(graph.arc_mask))
-    bad = np.argwhere(real & ((labels < 0) | (labels >= num_columns)))
-    if bad.size:
-        entry, arc = (int(i) for i in bad[0])
-        where = f"graph entry {entry}, arc {arc}" if graph.batch_shape else f"graph arc {arc}"
-        raise ValueError(
-            f"{fn}: {where} has label {labels[entry, arc]}, outside the "
-            f"emission columns [0, V) = [0, {num_columns})"
-        )
+__all__ = ["dense_tot_score", "graph_slots", "viterbi_decode"]
 
 
 def graph_slots(graph: Fsa, semiring: Semiring) -> tuple[Slots, jax.Array, jax.Array]:

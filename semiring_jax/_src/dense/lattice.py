@@ -18,8 +18,8 @@ import numpy.typing as npt
 from semiring_jax._src.core.batch import stack_entries
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.host import levels
+from semiring_jax._src.core.inputs import check_inputs
 from semiring_jax._src.core.sharding import per_device
-from semiring_jax._src.dense.dense import check_inputs
 from semiring_jax._src.dense.host import lattice_structure
 from semiring_jax._src.structural.arc_map import parts_of, placeholder
 from semiring_jax._src.structural.host.structure import Parts

@@ -21,9 +21,10 @@ import numpy as np
 
 from semiring_jax._src.core import checks
 from semiring_jax._src.core.fsa import Fsa
+from semiring_jax._src.core.inputs import check_inputs
 from semiring_jax._src.core.semiring import LOG, Semiring, check_float_semiring
 from semiring_jax._src.core.sharding import per_device
-from semiring_jax._src.dense.dense import check_inputs, dense_tot_score
+from semiring_jax._src.dense.dense import dense_tot_score
 
 __all__ = ["dense_occupancy"]
 

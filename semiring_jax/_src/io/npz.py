@@ -262,13 +262,13 @@ def load(file: File, *, max_bytes: int = MAX_BYTES) -> Fsa:
       [0.5] [-inf  -1.]
     """
     where = _file_name(file)
-    if isinstance(max_bytes, bool) or not isinstance(max_bytes, (int, np.integer)):
-        raise ValueError(f"load: max_bytes must be an int, got {max_bytes!r}")
+    # A byte count: no int32 bound.
+    max_bytes = checks.check_int(max_bytes, "max_bytes", "load")
     try:
         if isinstance(file, (str, os.PathLike)):
             with open(os.fspath(file), "rb") as stream:
-                return _load(stream, where, int(max_bytes))
-        return _load(file, where, int(max_bytes))
+                return _load(stream, where, max_bytes)
+        return _load(file, where, max_bytes)
     except (OSError, EOFError, zipfile.BadZipFile, zipfile.LargeZipFile) as err:
         raise ValueError(f"load: {where}: cannot read it as .npz: {err}") from None
 

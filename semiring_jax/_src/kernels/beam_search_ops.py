@@ -6,7 +6,9 @@ active states' arcs, drops those below the best candidate so far less the
 beam in a vectorised pass, and keeps each destination's best in a table
 whose touched entries it lists, where the traced search pays for [S]
 segment reductions and a top-K over every edge slot. It returns only the
-kept states (`ActiveRows`), not K padded slots per frame. An utterance
+kept states, packed row after row (`first`, `state`: what
+`decoding/host/active_rows.py` calls `ActiveRows`), not K padded slots per
+frame. An utterance
 whose candidates hold a NaN or +inf is flagged (None), and the caller
 searches it with the traced search, which keeps NaN candidates visible.
 Plain C called through ctypes on numpy arrays, one utterance a call (the
@@ -21,7 +23,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from semiring_jax._src.decoding.host.active_rows import ActiveRows
 from semiring_jax._src.kernels import loader
 
 __all__ = ["SearchTables", "search"]
@@ -52,10 +53,12 @@ def search(
     search_beam: float,
     slots: int,
     min_active: int,
-) -> ActiveRows | None:
+) -> tuple[np.ndarray, np.ndarray] | None:
     """One utterance's rows 0 .. `length` from emissions [>= length, V] (the
-    tables' weight dtype), as `decoding.beam_search.beam_search` keeps them;
-    None where a candidate was NaN or +inf (to be searched again)."""
+    tables' weight dtype), as `decoding.beam_search.beam_search` keeps them:
+    (first int32 [length + 2], state int32 [first[-1]]), row t being
+    `state[first[t]:first[t + 1]]`; None where a candidate was NaN or +inf
+    (to be searched again)."""
     run = loader.host_function("SjBeamSearch")
     take = loader.host_function("SjBeamSearchTake")
     i32 = lambda array: np.ascontiguousarray(array, np.int32)
@@ -89,4 +92,4 @@ def search(
         raise AssertionError("intersect_dense_pruned: inconsistent search tables (a bug)")
     first, state = np.empty(length + 2, np.int32), np.empty(int(size[0]), np.int32)
     take(handle, loader.pointer(first, ctypes.c_int32), loader.pointer(state, ctypes.c_int32))
-    return ActiveRows(first, state)
+    return first, state

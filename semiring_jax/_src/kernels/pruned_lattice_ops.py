@@ -5,7 +5,8 @@
 the arcs between consecutive frames' active states, where the numpy one
 holds every frame's such arcs at once. It is plain C called through ctypes
 on numpy arrays (the lattice is built on the host, outside any XLA
-program), so it serves any backend once the library is built.
+program), so it serves a CPU backend of any number of devices; on a GPU or
+TPU host the library is not built, and numpy's builder serves.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from semiring_jax._src.decoding.host.active_rows import ActiveRows
-from semiring_jax._src.dense.host.lattice_structure import LatticeStructure
 from semiring_jax._src.kernels import loader
 
 __all__ = ["LatticeGraph", "pruned_lattice"]
@@ -45,24 +44,26 @@ class LatticeGraph(NamedTuple):
 def pruned_lattice(
     graph: LatticeGraph,
     emissions: np.ndarray,
-    rows: ActiveRows,
+    rows: tuple[np.ndarray, np.ndarray],
     length: int,
     output_beam: float,
     *,
     searched: bool,
-) -> LatticeStructure:
+) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """As `decoding.host.pruned_lattice.pruned_lattice`, from the rows 0 ..
-    `length` (row t: the states active after t frames) and emissions
-    float64 [T, V] (values). `searched`: the rows come from a beam search
-    (so every active state is reachable from the start, and the pass that
-    finds those is skipped)."""
+    `length` (`(first, state)`: row t, the states active after t frames, is
+    `state[first[t]:first[t + 1]]`) and emissions float64 [T, V] (values).
+    `searched`: the rows come from a beam search (so every active state is
+    reachable from the start, and the pass that finds those is skipped).
+    Returns the lattice's fields in `LatticeStructure`'s order: (num_states,
+    src, dst, arc, frame, final_state), int32 arrays after the count."""
     build = loader.host_function("SjPrunedLattice")
     take = loader.host_function("SjPrunedLatticeTake")
     i32 = lambda array: np.ascontiguousarray(array, np.int32)
     f64 = lambda array: np.ascontiguousarray(array, np.float64)
     tables = [i32(graph.out_start), i32(graph.dst), i32(graph.label), i32(graph.position)]
     values = [f64(graph.weight), f64(graph.final_weight), f64(emissions)]
-    first, state = i32(rows.first), i32(rows.state)
+    first, state = (i32(row) for row in rows)
     # The function reads length + 1 rows and length frames.
     assert first.size == length + 2 and state.size == first[-1], (first.size, length)
     assert emissions.shape[0] >= length, (emissions.shape, length)
@@ -90,4 +91,4 @@ def pruned_lattice(
     final_state = np.empty(num_states, np.int32)
     outputs = (src, dst, arc, frame, final_state)
     take(handle, *(loader.pointer(out, ctypes.c_int32) for out in outputs))
-    return LatticeStructure(num_states, src, dst, arc, frame, final_state)
+    return num_states, src, dst, arc, frame, final_state

@@ -1,11 +1,14 @@
-"""`tot_score` and its gradients through the compiled CPU kernels (traced).
+"""The score ops' compiled CPU kernels (traced): `tot_score` and its
+gradients in LOG and TROPICAL, `kbest_scores`' k best paths and `entropy`
+with its gradients.
 
-The kernels (`kernels/scores.cc`) walk an unbatched Fsa's states in
-topological order and pull each state's incoming arcs from
-`Schedule.pull_*`: one pass over the arcs for the value, and one more,
-backward, in the same call for the gradient, in place of the level scan's
-many small XLA loader. Batches reach them through `jax.vmap` (the FFI
-calls loop over the batch inside one call).
+The kernels (`kernels/scores.cc`) walk an unbatched Fsa's states level by
+level, in the schedule's order (`Schedule.pos_state`), and pull each
+state's incoming arcs from `Schedule.pull_*`: one pass over the arcs for
+the value, and one more, backward, in the same call for the gradient, in
+place of the level scan's many small XLA ops. Batches reach them through
+`jax.vmap` (the FFI calls loop over the batch inside one call). Whether
+they serve is the caller's to ask (`usable`, at trace time).
 
 The gradient call is a `derivatives.kernel`: its own derivative is the
 portable recursion's (passed in as `reference`), so second derivatives

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from semiring_jax._src.core import checks, derivatives, route_table, routes
+from semiring_jax._src.core import checks, derivatives, inputs, route_table, routes
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.semiring import LOG
 from semiring_jax._src.core.sharding import per_device
@@ -211,9 +211,9 @@ def mmi_loss(
       [-0.698]
     """
     fn = "mmi_loss"
-    log_probs = dense.check_emissions(log_probs, fn, "log_probs")
+    log_probs = inputs.check_emissions(log_probs, fn, "log_probs")
     batch, num_frames, num_columns = log_probs.shape
-    lengths = dense.check_lengths(lengths, batch, num_frames, fn, "lengths", "T")
+    lengths = inputs.check_lengths(lengths, batch, num_frames, fn, "lengths", "T")
     if not isinstance(num_graphs, Fsa) or num_graphs.batch_shape != (batch,):
         shape = num_graphs.batch_shape if isinstance(num_graphs, Fsa) else type(num_graphs).__name__
         raise ValueError(
@@ -222,8 +222,8 @@ def mmi_loss(
     if not isinstance(den_graph, Fsa) or den_graph.batch_shape != ():
         shape = den_graph.batch_shape if isinstance(den_graph, Fsa) else type(den_graph).__name__
         raise ValueError(f"{fn}: den_graph must be one unbatched Fsa, got {shape}")
-    dense.check_graph(num_graphs, batch, num_columns, log_probs.dtype, fn)
-    dense.check_graph(den_graph, batch, num_columns, log_probs.dtype, fn)
+    inputs.check_graph(num_graphs, batch, num_columns, log_probs.dtype, fn)
+    inputs.check_graph(den_graph, batch, num_columns, log_probs.dtype, fn)
     leaky_hmm = checks.check_finite_float(leaky_hmm, "leaky_hmm", fn, 0.0)
     # den_scale may be traced (a schedule inside jit): checked when concrete.
     if not checks.is_traced(den_scale) and not np.all(np.isfinite(np.asarray(den_scale, float))):

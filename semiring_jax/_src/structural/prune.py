@@ -8,6 +8,7 @@ from semiring_jax._src.core import checks
 from semiring_jax._src.core.batch import batch_entries, stack
 from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.semiring import TROPICAL
+from semiring_jax._src.scores.tot_score import backward_scores, check_scorable, forward_scores
 from semiring_jax._src.structural.arc_map import apply_map
 from semiring_jax._src.structural.host import structure
 
@@ -43,8 +44,6 @@ def prune(fsa: Fsa, beam: float) -> Fsa:
       >>> print(sj.prune(fsa, 1.0).label, sj.prune(fsa, 5.0).label)
       [1 3] [1 2 3]
     """
-    from semiring_jax._src.scores.tot_score import backward_scores, check_scorable, forward_scores
-
     if not beam >= 0:
         raise ValueError(f"prune: beam must be >= 0, got {beam}")
     check_scorable(fsa, "prune")

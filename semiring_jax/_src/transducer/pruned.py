@@ -18,9 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 from semiring_jax._src.core import checks
+from semiring_jax._src.core.inputs import check_float_array, check_labels, check_lengths
 from semiring_jax._src.core.sharding import per_device
-from semiring_jax._src.dense.ctc import check_labels
-from semiring_jax._src.dense.dense import check_float_array, check_lengths
 from semiring_jax._src.transducer import band as bands
 from semiring_jax._src.transducer import fused
 from semiring_jax._src.transducer.band import Band

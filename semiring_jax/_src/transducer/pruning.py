@@ -19,9 +19,8 @@ import numpy as np
 import numpy.typing as npt
 
 from semiring_jax._src.core import checks
+from semiring_jax._src.core.inputs import as_array, check_float_array, dtype_of
 from semiring_jax._src.core.sharding import per_device
-from semiring_jax._src.dense.ctc import check_int
-from semiring_jax._src.dense.dense import as_array, check_float_array, dtype_of
 from semiring_jax._src.transducer import band as bands
 from semiring_jax._src.transducer import grid
 from semiring_jax._src.transducer.simple import check_am_lm, simple_moves
@@ -137,7 +136,7 @@ def rnnt_prune_ranges(
 
 
 def _check_s_range(s_range: Any, fn: str) -> int:
-    value = check_int(s_range, "s_range", fn)
+    value = checks.check_int(s_range, "s_range", fn)
     if value < 2:
         raise ValueError(f"{fn}: s_range must be >= 2 (a window must hold a path), got {value}")
     return value

@@ -162,8 +162,10 @@ class Moves(NamedTuple):
     label: np.ndarray
 
 
-# A compiled search: (moves, S, β(0), n, unique, slots) -> the n best paths.
-Compiled = Callable[[Moves, int, float, int, bool, int], "Paths"]
+# A compiled search: (moves, S, β(0), n, unique, slots) -> the n best paths,
+# on plain arrays (the kernel glue knows neither type): the fields of
+# `Moves` in, those of `Paths` out.
+Compiled = Callable[[tuple[np.ndarray, ...], int, float, int, bool, int], tuple[np.ndarray, ...]]
 
 
 def _moves(
@@ -240,7 +242,7 @@ def k_shortest(
     )
     best = float(beta[0]) if num_states else -np.inf
     if compiled is not None and best > -np.inf:
-        return compiled(moves, num_states, best, n, unique, slots)
+        return Paths(*compiled(moves, num_states, best, n, unique, slots))
     ends = _search(moves, num_states, best, n, unique)
     paths = Paths.empty(n, slots)
     for j, end in enumerate(ends):

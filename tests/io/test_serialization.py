@@ -304,11 +304,11 @@ def _npy_header(shape, dtype):
 def test_load_checks_names_headers_and_sizes_before_reading(monkeypatch):
     # A small file must not make load allocate what it merely claims: names,
     # .npy headers and sizes are checked before any array is read.
-    from semiring_jax._src.io import npz
+    from semiring_jax._src.io import npz_archive
 
     read = []
-    real_read = npz._read
-    monkeypatch.setattr(npz, "_read", lambda *args: read.append(args[2]) or real_read(*args))
+    real_read = npz_archive.read
+    monkeypatch.setattr(npz_archive, "read", lambda *args: read.append(args[2]) or real_read(*args))
 
     def zeros(stream):  # 48 MB of zeros: a few tens of kB once deflated
         stream.write(_npy_header((12 << 20,), np.float32))
@@ -498,11 +498,11 @@ def test_files_of_versions_1_to_3_still_load(name, expected, version):
 
 
 def test_old_files_tables_are_checked_by_their_headers_and_not_read(monkeypatch):
-    from semiring_jax._src.io import npz
+    from semiring_jax._src.io import npz_archive
 
     read = []
-    real_read = npz._read
-    monkeypatch.setattr(npz, "_read", lambda *args: read.append(args[2]) or real_read(*args))
+    real_read = npz_archive.read
+    monkeypatch.setattr(npz_archive, "read", lambda *args: read.append(args[2]) or real_read(*args))
     sj.load(DATA / "batch_v3.npz")
     assert [name for name in read if name.startswith("schedule.")] == ["schedule.real_sizes"]
     cases = [

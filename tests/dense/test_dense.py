@@ -16,6 +16,7 @@ import semiring_jax as sj
 from semiring_jax._src.core.batch import pad_entry
 from semiring_jax._src.core.host import dense_tables
 from semiring_jax._src.core.host import schedule_tables as host_schedule
+from semiring_jax._src.core.tables import Tables
 from tests import oracles
 from tests.strategies import as_rows, dense_graphs
 
@@ -49,9 +50,11 @@ def fixed_shape(fsa):
     )
     return dataclasses.replace(
         entry,
-        schedule=dataclasses.replace(entry.schedule, **tables),
-        cycle=(),
-        shapes=entry.shapes._replace(schedule=None, dense=FIXED_DENSE),
+        tables=Tables(
+            dataclasses.replace(entry.schedule, **tables),
+            (),
+            entry.shapes._replace(schedule=None, dense=FIXED_DENSE),
+        ),
     )
 
 
@@ -484,8 +487,9 @@ def with_dense_slots(fsa, slots, fans=None):
     tables = dense_tables.build_dense_tables(fsa.num_states, *structure, shape=shape)
     return dataclasses.replace(
         fsa,
-        schedule=dataclasses.replace(fsa.schedule, **tables),
-        shapes=fsa.shapes._replace(dense=shape),
+        tables=Tables(
+            dataclasses.replace(fsa.schedule, **tables), fsa.cycle, fsa.shapes._replace(dense=shape)
+        ),
     )
 
 

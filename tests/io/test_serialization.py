@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import semiring_jax as sj
+from semiring_jax._src.core.tables import Tables
 from tests.strategies import acyclic_fsas, as_rows, dense_graphs, padded
 
 
@@ -449,7 +450,8 @@ def test_the_file_holds_structure_and_sizes_only():
 
 def test_save_needs_the_sizes_the_tables_were_built_at():
     fsa = sj.linear_fsa([1, 2])
-    unknown = dataclasses.replace(fsa, shapes=fsa.shapes._replace(dense=None))
+    shapes = fsa.shapes._replace(dense=None)
+    unknown = dataclasses.replace(fsa, tables=Tables(fsa.schedule, fsa.cycle, shapes))
     with pytest.raises(
         ValueError, match=r"save: fsa.shapes does not record the sizes of its dense"
     ):

@@ -363,7 +363,9 @@ def test_a_schedule_of_another_fsa_is_an_error_not_a_crash():
     import dataclasses
 
     small, big = sj.linear_fsa([1, 2]), sj.linear_fsa(list(range(1, 30)))
-    mixed = dataclasses.replace(small, schedule=big.schedule)
+    from semiring_jax._src.core.tables import Tables
+
+    mixed = dataclasses.replace(small, tables=Tables(big.schedule, small.cycle, small.shapes))
     for op in (sj.tot_score, sj.arc_posteriors, sj.forward_scores):
         with pytest.raises(
             ValueError, match=r"schedule.s pull_arc has shape \(29,\) but the Fsa has 2 arcs"

@@ -10,9 +10,17 @@ from typing import Any
 import numpy as np
 
 from semiring_jax._src.core import checks
-from semiring_jax._src.core.fsa import UNKNOWN_SHAPES, Built, Entry, Fsa, Shapes, build_tables
+from semiring_jax._src.core.fsa import Fsa
 from semiring_jax._src.core.host import dense_tables, levels, schedule_tables
+from semiring_jax._src.core.host.fsa_tables import (
+    UNKNOWN_SHAPES,
+    Built,
+    Entry,
+    Shapes,
+    build_tables,
+)
 from semiring_jax._src.core.schedule import Schedule
+from semiring_jax._src.core.tables import Tables
 from semiring_jax._src.io.npz_layout import (
     FORMAT,
     LAYOUTS,
@@ -144,10 +152,8 @@ def fsa_from_arrays(arrays: dict[str, Any], where: str, *, shapes_only: bool = F
     }
     return Fsa(
         **fields,
-        schedule=Schedule(**tables, real_sizes=real_sizes),
-        cycle=cycle,
+        tables=Tables(Schedule(**tables, real_sizes=real_sizes), cycle, built.shapes),
         is_acceptor=is_acceptor,
-        shapes=built.shapes,
     )
 
 

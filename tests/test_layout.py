@@ -85,3 +85,28 @@ def test_no_import_circles():
     for name in graph:
         if name not in state:
             visit(name, [name])
+
+
+# The most lines a module may hold: past it, it holds more than one concept.
+# `core/fsa.py` is held to less: the pytree alone, its conversions and table
+# building living in their own modules.
+MAX_LINES = 600
+MAX_LINES_OF = {"semiring_jax._src.core.fsa": 500}
+# Modules over the limit whose split is under way (issue 38); strict, so the
+# entry must go once the module is split.
+BEING_SPLIT = {"semiring_jax._src.dense.ctc"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason="being split"))
+        if name in BEING_SPLIT
+        else name
+        for name in sorted(MODULES)
+    ],
+)
+def test_modules_stay_small(name):
+    lines = len(MODULES[name].read_text().splitlines())
+    limit = MAX_LINES_OF.get(name, MAX_LINES)
+    assert lines < limit, f"{name} has {lines} lines; split it by concept (under {limit})"

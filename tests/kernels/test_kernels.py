@@ -405,7 +405,7 @@ def test_the_kernels_take_typed_buffers():
         pytest.skip("no kernels")
     fsa = sj.Fsa.from_arcs([(0, 1, 1, 0.5)], final=[1])
     schedule = fsa.schedule
-    tables = [schedule.pos_state, schedule.pull_end, schedule.pull_arc, schedule.pull_src]
+    tables = [schedule.levels.pos_state, schedule.pull.end, schedule.pull.arc, schedule.pull.src]
     call = jax.ffi.ffi_call("semiring_jax_log_total_f32", jax.ShapeDtypeStruct((), jnp.float32))
     weight, final = jnp.asarray(fsa.weight), jnp.asarray(fsa.final_weight)
     assert float(call(weight, final, *(jnp.asarray(t, jnp.int32) for t in tables))) == 0.5

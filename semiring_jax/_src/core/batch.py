@@ -148,7 +148,7 @@ def stack_entries(
         arc_mask=np.stack([p.arc_mask for p in padded]),
         final_mask=np.stack([p.final_mask for p in padded]),
         tables=Tables(
-            Schedule(**tables, real_sizes=np.stack([p.real_sizes for p in padded])),
+            Schedule.from_arrays(tables, np.stack([p.real_sizes for p in padded])),
             built.cycle,
             built.shapes,
         ),

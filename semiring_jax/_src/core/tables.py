@@ -72,7 +72,7 @@ class Tables:
     @classmethod
     def of(cls, built: fsa_tables.Built, real_sizes: np.ndarray) -> Tables:
         """The tables of `built`'s entry 0."""
-        return cls(Schedule(**built.tables[0], real_sizes=real_sizes), built.cycle, built.shapes)
+        return cls(Schedule.from_arrays(built.tables[0], real_sizes), built.cycle, built.shapes)
 
     @property
     def is_built(self) -> bool:

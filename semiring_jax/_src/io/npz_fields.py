@@ -152,7 +152,7 @@ def fsa_from_arrays(arrays: dict[str, Any], where: str, *, shapes_only: bool = F
     }
     return Fsa(
         **fields,
-        tables=Tables(Schedule(**tables, real_sizes=real_sizes), cycle, built.shapes),
+        tables=Tables(Schedule.from_arrays(tables, real_sizes), cycle, built.shapes),
         is_acceptor=is_acceptor,
     )
 

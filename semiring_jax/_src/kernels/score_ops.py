@@ -2,7 +2,7 @@
 
 The kernels (`kernels/scores.cc`) walk an unbatched Fsa's states in
 topological order and pull each state's incoming arcs from
-`Schedule.pull_*`: one pass over the arcs for the value, and one more,
+`Schedule.pull`: one pass over the arcs for the value, and one more,
 backward, in the same call for the gradient, in place of the level scan's
 many small XLA loader. Batches reach them through `jax.vmap` (the FFI
 calls loop over the batch inside one call).
@@ -44,7 +44,7 @@ def _target(semiring: Semiring, what: str, dtype: jnp.dtype) -> str:
 def _tables(schedule: Schedule) -> tuple[jax.Array, ...]:
     """The tables the kernels walk: pos_state, pull_end [L, W], pull_arc,
     pull_src [A]."""
-    fields = (schedule.pos_state, schedule.pull_end, schedule.pull_arc, schedule.pull_src)
+    fields = (schedule.levels.pos_state, schedule.pull.end, schedule.pull.arc, schedule.pull.src)
     return tuple(jnp.asarray(table, jnp.int32) for table in fields)
 
 
@@ -114,7 +114,7 @@ def kbest(
     past its end; its final state [k], S where none). Not differentiable
     by JAX: `scores/kbest.py` builds the derivative from the paths."""
     weight, final = _inputs(weight, final)
-    length = max(int(schedule.pos_state.shape[-2]), 1)
+    length = max(int(schedule.levels.pos_state.shape[-2]), 1)
     shapes = (
         jax.ShapeDtypeStruct((k,), weight.dtype),
         jax.ShapeDtypeStruct((k, length), jnp.int32),

@@ -101,13 +101,22 @@ class Tables:
         return self._built().shapes
 
 
-def _flatten(tables: Tables) -> tuple[tuple[Schedule], tuple[tuple[int, ...], Shapes]]:
+_Meta = tuple[tuple[int, ...], Shapes]
+
+
+def _flatten(tables: Tables) -> tuple[tuple[Schedule], _Meta]:
     return (tables.schedule,), (tables.cycle, tables.shapes)
 
 
-def _unflatten(meta: tuple[tuple[int, ...], Shapes], children: Any) -> Tables:
+def _flatten_with_keys(tables: Tables) -> tuple[tuple[tuple[Any, Schedule]], _Meta]:
+    # Key paths read `.tables.schedule.levels.pos_state`, as attributes do.
+    (schedule,), meta = _flatten(tables)
+    return ((jax.tree_util.GetAttrKey("schedule"), schedule),), meta
+
+
+def _unflatten(meta: _Meta, children: Any) -> Tables:
     (schedule,) = children
     return Tables(schedule, *meta)
 
 
-jax.tree_util.register_pytree_node(Tables, _flatten, _unflatten)
+jax.tree_util.register_pytree_with_keys(Tables, _flatten_with_keys, _unflatten, _flatten)

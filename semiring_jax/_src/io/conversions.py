@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Conversions"]
 
-_F = TypeVar("_F", bound="Conversions")
+# The class a reader is called on, `Fsa`; so named for the signatures the
+# reference shows.
+Fsa = TypeVar("Fsa", bound="Conversions")
 
 
 class Conversions:
@@ -52,20 +54,20 @@ class Conversions:
         def batch_shape(self) -> tuple[int, ...]: ...
 
     @classmethod
-    def _from_arrays(cls: type[_F], arrays: build.ArcArrays) -> _F:
+    def _from_arrays(cls: type[Fsa], arrays: build.ArcArrays) -> Fsa:
         """The Fsa of validated host arrays (`Fsa` builds it)."""
         raise NotImplementedError
 
     @classmethod
     def from_openfst(
-        cls: type[_F],
+        cls: type[Fsa],
         text: str,
         *,
         acceptor: bool | None = None,
         dtype: Any = np.float32,
         isymbols: SymbolTable | None = None,
         osymbols: SymbolTable | None = None,
-    ) -> _F:
+    ) -> Fsa:
         """Reads OpenFst's AT&T text format; costs become scores (negated).
 
         Arc lines are `src dst ilabel olabel [cost]` (transducer) or
@@ -125,14 +127,14 @@ class Conversions:
 
     @classmethod
     def read_openfst(
-        cls: type[_F],
+        cls: type[Fsa],
         path: str | os.PathLike[str],
         *,
         acceptor: bool | None = None,
         dtype: Any = np.float32,
         isymbols: SymbolTable | None = None,
         osymbols: SymbolTable | None = None,
-    ) -> _F:
+    ) -> Fsa:
         """Reads a file of OpenFst's AT&T text: `from_openfst` of its contents.
 
         Args:
@@ -166,7 +168,7 @@ class Conversions:
         return cls._from_arrays(arrays)
 
     @classmethod
-    def from_k2(cls: type[_F], text: str, *, dtype: Any = np.float32) -> _F:
+    def from_k2(cls: type[Fsa], text: str, *, dtype: Any = np.float32) -> Fsa:
         """Reads k2's text format, mapping its final arcs to final weights.
 
         k2 lines are `src dst label score` (acceptor) or `src dst ilabel
@@ -270,7 +272,7 @@ class Conversions:
         return openfst_text.format_k2(self._host_arrays("to_k2"))
 
     @classmethod
-    def from_pynini(cls: type[_F], fst: Any, *, dtype: Any = np.float32) -> _F:
+    def from_pynini(cls: type[Fsa], fst: Any, *, dtype: Any = np.float32) -> Fsa:
         """Converts a `pynini.Fst` (arc type standard, log or log64).
 
         OpenFst costs become scores (negated); an infinite cost is a -inf

@@ -514,7 +514,7 @@ def run_row(workload: Workload, fsa: sj.Fsa, semiring_name: str, reps: Reps) -> 
         workload.name,
         semiring_name,
         workload.num_arcs,
-        fsa.schedule.in_arc.shape[-3],
+        fsa.schedule.levels.in_arc.shape[-3],
         medians["ours_vg"],
         medians["ours_value"],
         compile_vg,
@@ -562,9 +562,9 @@ def print_workloads(workloads: list[Workload], fsas: list[sj.Fsa], build_s: list
         f"{'R_out':>6}{'K_out':>6}{'slots L*R*K':>13}{'build (s)':>11}"
     )
     for w, fsa, seconds in zip(workloads, fsas, build_s):
-        levels, rows, max_in = fsa.schedule.in_arc.shape[-3:]
-        width = fsa.schedule.pos_state.shape[-1]
-        out_rows, max_out = fsa.schedule.out_arc.shape[-2:]
+        levels, rows, max_in = fsa.schedule.levels.in_arc.shape[-3:]
+        width = fsa.schedule.levels.pos_state.shape[-1]
+        out_rows, max_out = fsa.schedule.levels.out_arc.shape[-2:]
         batch = f"  (B={len(w.graphs)}, padded)" if w.batched else ""
         print(
             f"  {w.name:<17}{w.num_states:>8}{w.num_arcs:>8}{levels:>6}{width:>6}{rows:>6}"
@@ -642,7 +642,7 @@ def print_depth_scaling(rows: list[Row], fsas: dict[str, sj.Fsa]) -> None:
     for r in rows:
         if r.workload not in ("dag-10k", "lattice-1000x10"):
             continue
-        levels, width = fsas[r.workload].schedule.pos_state.shape[-2:]
+        levels, width = fsas[r.workload].schedule.levels.pos_state.shape[-2:]
         print(
             f"  {r.workload:<17}{r.semiring:<10}{fsas[r.workload].num_states:>8}{levels:>6}"
             f"{width:>6}{r.ours_vg * 1e3:>9.3f}{r.ours_vg / levels * 1e6:>10.2f}"

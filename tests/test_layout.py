@@ -98,3 +98,17 @@ def test_kernel_glue_imports_no_op_package(name):
             assert imported != package and not imported.startswith(f"{package}."), (
                 f"{name} imports {imported}"
             )
+
+
+# The most lines a module may hold: past it, it holds more than one concept.
+# `core/fsa.py` is held to less: the pytree alone, its conversions and table
+# building living in their own modules.
+MAX_LINES = 600
+MAX_LINES_OF = {"semiring_jax._src.core.fsa": 500}
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_modules_stay_small(name):
+    lines = len(MODULES[name].read_text().splitlines())
+    limit = MAX_LINES_OF.get(name, MAX_LINES)
+    assert lines < limit, f"{name} has {lines} lines; split it by concept (under {limit})"

@@ -139,7 +139,7 @@ def run_case(kind, size, length):
         score_grad_sum=float(jnp.sum(score_grad)),
         best_score=float(best_score),
         peak=_peak_rss_bytes(),
-        dense=[int(size) for size in fsa.schedule.dense_in_arc.shape],
+        dense=[int(size) for size in fsa.schedule.dense.in_arc.shape],
         sizes=[fsa.num_states, fsa.num_arcs],
     )
     want, posteriors = numpy_dense(graph, emissions[0], length)
@@ -215,7 +215,7 @@ def test_small_hub_graphs_match_numpy(kind, dtype):
     make, vocab = GRAPHS[kind]
     graph = make(3000 if kind == "star" else 700, vocab)
     fsa = build(graph, dtype)
-    assert fsa.schedule.dense_in_leaf.size + fsa.schedule.dense_out_leaf.size > 0  # trees
+    assert fsa.schedule.dense.in_leaf.size + fsa.schedule.dense.out_leaf.size > 0  # trees
     rng = np.random.default_rng(2)
     logits = rng.normal(size=(3, FRAMES, vocab))
     emissions = (logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)).astype(dtype)

@@ -86,7 +86,7 @@ def test_traced_weights_can_be_stacked_inside_jit():
 def test_bucket_sizes_follow_the_ladder():
     batch = sj.stack([sj.linear_fsa(list(range(1, 6)))], bucket=True)
     assert (batch.num_states, batch.num_arcs) == (6, 6)
-    assert batch.schedule.in_arc.shape[1:] == (6, 1, 1)
+    assert batch.schedule.levels.in_arc.shape[1:] == (6, 1, 1)
 
 
 def test_stack_errors_name_the_entry():

@@ -15,12 +15,12 @@ def test_number_of_steps_is_the_depth_not_the_states():
     # 998 slots; every table stays within a small multiple of the arcs.
     arcs = [(0, s, 1, 0.0) for s in range(1, 999)] + [(s, 999, 1, 0.0) for s in range(1, 999)]
     fsa = sj.Fsa.from_arcs(arcs, final=[999])
-    steps, width, slots = fsa.schedule.in_arc.shape
+    steps, width, slots = fsa.schedule.levels.in_arc.shape
     assert steps <= 20 and steps * width <= 2 * 2000 + 64
     assert steps * width * slots <= 4 * (len(arcs) + 1000)
-    assert fsa.schedule.out_arc.size <= 4 * (len(arcs) + 1000)
+    assert fsa.schedule.levels.out_arc.size <= 4 * (len(arcs) + 1000)
     chain = sj.linear_fsa(np.ones(50, np.int32))
-    assert chain.schedule.in_arc.shape == (51, 1, 1)
+    assert chain.schedule.levels.in_arc.shape == (51, 1, 1)
     assert float(sj.tot_score(fsa)) == pytest.approx(np.log(998))
 
 

@@ -6,7 +6,6 @@ import jax
 import numpy as np
 
 import semiring_jax as sj
-from semiring_jax._src.core.fsa import is_built
 from tests.builds import count_builds
 
 NONE = {"levels": 0, "dense": 0, "paths": 0}
@@ -30,9 +29,9 @@ def test_a_chain_of_structural_ops_builds_no_intermediate(monkeypatch):
     result, chain = _built_counts(
         counts, lambda: sj.determinize(sj.remove_epsilon(sj.connect(sj.invert(fsa))))
     )
-    assert chain == NONE and not is_built(result)
+    assert chain == NONE and not result.tables.is_built
     score, first = _built_counts(counts, lambda: sj.tot_score(result))
-    assert first == ONE and is_built(result)
+    assert first == ONE and result.tables.is_built
     np.testing.assert_allclose(score, sj.tot_score(fsa), rtol=1e-6)
     _, again = _built_counts(counts, lambda: sj.tot_score(result))
     assert again == NONE
@@ -57,9 +56,9 @@ def test_replace_pickle_and_jit_keep_or_build_as_they_should(monkeypatch):
     result = sj.remove_epsilon(fsa)
     # New weights keep the structure: still unbuilt.
     doubled, replaced = _built_counts(counts, lambda: result.replace(weight=2 * result.weight))
-    assert replaced == NONE and not is_built(doubled)
+    assert replaced == NONE and not doubled.tables.is_built
     restored = pickle.loads(pickle.dumps(doubled))
-    assert not is_built(restored)
+    assert not restored.tables.is_built
     # jit flattens the Fsa, which builds it (once) like any other read.
     score, traced = _built_counts(counts, lambda: jax.jit(sj.tot_score)(restored))
     assert traced == ONE

@@ -15,6 +15,8 @@ from jax.test_util import check_grads
 import semiring_jax as sj
 from semiring_jax._src.core.host import dense_tables
 from semiring_jax._src.core.host import schedule_tables as host_schedule
+from semiring_jax._src.core.schedule import Schedule
+from semiring_jax._src.core.tables import Tables
 from tests import oracles
 from tests.strategies import as_rows, dense_graphs, pad_entry
 
@@ -48,9 +50,11 @@ def fixed_shape(fsa):
     )
     return dataclasses.replace(
         entry,
-        schedule=dataclasses.replace(entry.schedule, **tables),
-        cycle=(),
-        shapes=entry.shapes._replace(schedule=None, dense=FIXED_DENSE),
+        tables=Tables(
+            Schedule.from_arrays(tables, entry.schedule.real_sizes),
+            (),
+            entry.shapes._replace(schedule=None, dense=FIXED_DENSE),
+        ),
     )
 
 
@@ -386,7 +390,7 @@ def test_wide_graph_matches_brute_force_and_autodiff():
     arcs = [(s, d, label, label, w) for s, d, label, _, w in arcs]
     data = (3, arcs, {1: 0.0, 2: -1.0})
     graph = build(data, np.float64)
-    assert graph.schedule.dense_in_arc.shape[1] > 8
+    assert graph.schedule.dense.in_arc.shape[1] > 8
     emissions = jnp.asarray(rng.normal(size=(2, 4, 3)))
     lengths = np.array([4, 2])
     for name in ("log", "tropical"):
@@ -483,8 +487,11 @@ def with_dense_slots(fsa, slots, fans=None):
     tables = dense_tables.build_dense_tables(fsa.num_states, *structure, shape=shape)
     return dataclasses.replace(
         fsa,
-        schedule=dataclasses.replace(fsa.schedule, **tables),
-        shapes=fsa.shapes._replace(dense=shape),
+        tables=Tables(
+            Schedule.from_arrays({**fsa.schedule.arrays(), **tables}, fsa.schedule.real_sizes),
+            fsa.cycle,
+            fsa.shapes._replace(dense=shape),
+        ),
     )
 
 
@@ -509,8 +516,8 @@ def test_high_degree_states_match_brute_force(slots, fans):
     data = _hub_data(7)
     graph = with_dense_slots(build(data, np.float64), slots, fans)
     if slots is not None:  # trees where a state has more than K arcs
-        assert graph.schedule.dense_in_leaf.size > 0
-        assert (graph.schedule.dense_out_leaf.size > 0) == (slots[1] < 14)
+        assert graph.schedule.dense.in_leaf.size > 0
+        assert (graph.schedule.dense.out_leaf.size > 0) == (slots[1] < 14)
     rng = np.random.default_rng(8)
     emissions = jnp.asarray(rng.normal(size=(2, 4, 3)))
     lengths = np.array([4, 2])

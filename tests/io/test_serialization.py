@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import semiring_jax as sj
+from semiring_jax._src.core.tables import Tables
 from tests.strategies import acyclic_fsas, as_rows, dense_graphs, padded
 
 
@@ -304,11 +305,11 @@ def _npy_header(shape, dtype):
 def test_load_checks_names_headers_and_sizes_before_reading(monkeypatch):
     # A small file must not make load allocate what it merely claims: names,
     # .npy headers and sizes are checked before any array is read.
-    from semiring_jax._src.io import npz
+    from semiring_jax._src.io import npz_archive
 
     read = []
-    real_read = npz._read
-    monkeypatch.setattr(npz, "_read", lambda *args: read.append(args[2]) or real_read(*args))
+    real_read = npz_archive.read
+    monkeypatch.setattr(npz_archive, "read", lambda *args: read.append(args[2]) or real_read(*args))
 
     def zeros(stream):  # 48 MB of zeros: a few tens of kB once deflated
         stream.write(_npy_header((12 << 20,), np.float32))
@@ -449,7 +450,8 @@ def test_the_file_holds_structure_and_sizes_only():
 
 def test_save_needs_the_sizes_the_tables_were_built_at():
     fsa = sj.linear_fsa([1, 2])
-    unknown = dataclasses.replace(fsa, shapes=fsa.shapes._replace(dense=None))
+    shapes = fsa.shapes._replace(dense=None)
+    unknown = dataclasses.replace(fsa, tables=Tables(fsa.schedule, fsa.cycle, shapes))
     with pytest.raises(
         ValueError, match=r"save: fsa.shapes does not record the sizes of its dense"
     ):
@@ -498,11 +500,11 @@ def test_files_of_versions_1_to_3_still_load(name, expected, version):
 
 
 def test_old_files_tables_are_checked_by_their_headers_and_not_read(monkeypatch):
-    from semiring_jax._src.io import npz
+    from semiring_jax._src.io import npz_archive
 
     read = []
-    real_read = npz._read
-    monkeypatch.setattr(npz, "_read", lambda *args: read.append(args[2]) or real_read(*args))
+    real_read = npz_archive.read
+    monkeypatch.setattr(npz_archive, "read", lambda *args: read.append(args[2]) or real_read(*args))
     sj.load(DATA / "batch_v3.npz")
     assert [name for name in read if name.startswith("schedule.")] == ["schedule.real_sizes"]
     cases = [

@@ -363,7 +363,9 @@ def test_a_schedule_of_another_fsa_is_an_error_not_a_crash():
     import dataclasses
 
     small, big = sj.linear_fsa([1, 2]), sj.linear_fsa(list(range(1, 30)))
-    mixed = dataclasses.replace(small, schedule=big.schedule)
+    from semiring_jax._src.core.tables import Tables
+
+    mixed = dataclasses.replace(small, tables=Tables(big.schedule, small.cycle, small.shapes))
     for op in (sj.tot_score, sj.arc_posteriors, sj.forward_scores):
         with pytest.raises(
             ValueError, match=r"schedule.s pull_arc has shape \(29,\) but the Fsa has 2 arcs"
@@ -403,7 +405,7 @@ def test_the_kernels_take_typed_buffers():
         pytest.skip("no kernels")
     fsa = sj.Fsa.from_arcs([(0, 1, 1, 0.5)], final=[1])
     schedule = fsa.schedule
-    tables = [schedule.pos_state, schedule.pull_end, schedule.pull_arc, schedule.pull_src]
+    tables = [schedule.levels.pos_state, schedule.pull.end, schedule.pull.arc, schedule.pull.src]
     call = jax.ffi.ffi_call("semiring_jax_log_total_f32", jax.ShapeDtypeStruct((), jnp.float32))
     weight, final = jnp.asarray(fsa.weight), jnp.asarray(fsa.final_weight)
     assert float(call(weight, final, *(jnp.asarray(t, jnp.int32) for t in tables))) == 0.5

@@ -12,10 +12,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from semiring_jax._src.core import checks
-from semiring_jax._src.core.fsa import Entry, Fsa, assemble, build_tables, is_built
+from semiring_jax._src.core.fsa import Fsa, assemble
 from semiring_jax._src.core.host import build, levels
+from semiring_jax._src.core.host.fsa_tables import Entry, build_tables
 from semiring_jax._src.core.schedule import Schedule
 from semiring_jax._src.core.sharding import per_device
+from semiring_jax._src.core.tables import Tables
 
 __all__ = [
     "batch_entries",
@@ -111,8 +113,8 @@ def stack_entries(
     bucket: bool = False,
     lengths: Sequence[levels.PathLengths] | None = None,
 ) -> Fsa:
-    """`stack`, whose entries may be deferred Fsas (`assemble(...,
-    defer=True)`, no schedule yet): every entry's tables are built once, at
+    """`stack`, whose entries may have deferred tables (`assemble(...,
+    defer=True)`, not built yet): every entry's tables are built once, at
     the batch's sizes. `lengths`: each entry's `levels.path_lengths` (of its
     own states), where the caller knows them."""
     fsas = list(fsas)
@@ -144,10 +146,12 @@ def stack_entries(
         **fields,
         arc_mask=np.stack([p.arc_mask for p in padded]),
         final_mask=np.stack([p.final_mask for p in padded]),
-        schedule=Schedule(**tables, real_sizes=np.stack([p.real_sizes for p in padded])),
-        cycle=built.cycle,
+        tables=Tables(
+            Schedule.from_arrays(tables, np.stack([p.real_sizes for p in padded])),
+            built.cycle,
+            built.shapes,
+        ),
         is_acceptor=is_acceptor,
-        shapes=built.shapes,
     )
 
 
@@ -202,7 +206,7 @@ def _padded(fsa: Fsa, num_states: int, num_arcs: int, is_acceptor: bool) -> _Pad
         _pad(fsa.final_weight, num_states, -np.inf),
         is_acceptor,
     )
-    if is_built(fsa):
+    if fsa.tables.is_built:
         real_sizes = checks.concrete(fsa.schedule.real_sizes, "schedule", "stack")
     else:
         real_sizes = np.array([fsa.num_states, fsa.num_arcs])

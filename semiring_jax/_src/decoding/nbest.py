@@ -96,7 +96,7 @@ def nbest(fsa: Fsa, n: int, *, unique: bool = False) -> Fsa:
     final_mask = checks.concrete(fsa.final_mask, "final_mask", fn).astype(bool)
 
     batch_shape = fsa.batch_shape
-    steps = fsa.schedule.pos_state.shape[-2]  # N: every path has at most N - 1 arcs
+    steps = fsa.schedule.levels.pos_state.shape[-2]  # N: every path has at most N - 1 arcs
     num_entries = int(np.prod(batch_shape, dtype=np.int64))
     flat = lambda value: value.reshape(num_entries, value.shape[-1])
     per_entry = [flat(v) for v in (src, dst, olabel, weight, final_weight, arc_mask, final_mask)]

@@ -68,7 +68,7 @@ def _draw(
     final_weight: jax.Array,
 ) -> Fsa:
     """One path of an unbatched `fsa`, as a chain (see `path_as_chain`)."""
-    steps, _ = fsa.schedule.pos_state.shape  # N: a path has at most N - 1 arcs
+    steps, _ = fsa.schedule.levels.pos_state.shape  # N: a path has at most N - 1 arcs
     num_arcs, num_states = fsa.num_arcs, fsa.num_states
     arc_key, final_key = jax.random.split(key)
     dtype = arc_score.dtype
@@ -124,7 +124,7 @@ def _sample_one(fsa: Fsa, key: jax.Array, num_paths: int) -> Fsa:
     alpha, _ = level_scan.forward_positions(LOG, schedule, weight)  # [P + 2]
     ending = level_scan.endings(LOG, schedule, alpha, jax.lax.stop_gradient(final_weight))  # [S]
     total = LOG.sum(ending, axis=0)
-    forward = alpha[schedule.state_pos]  # [S]
+    forward = alpha[schedule.levels.state_pos]  # [S]
     arc_score = jnp.where(  # [A]
         fsa.arc_mask, LOG.times(forward[jnp.asarray(fsa.src)], weight), -jnp.inf
     )

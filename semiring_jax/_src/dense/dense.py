@@ -1,7 +1,7 @@
 """Dense intersection of a graph with per-frame scores [B, T, V].
 
 `dense_tot_score` and `viterbi_decode` run the scan of `frame_scan.py`
-over a graph's dense tables (`Schedule.dense_in_arc` and the rest, built on
+over a graph's dense tables (`Schedule.dense`, built on
 the host by `core/host/dense_tables.py`), vmapped over the batch, without
 materialising the lattice. The graph may be cyclic: every arc consumes one
 frame. The tables, and each frame's work, grow with the arcs and states, not
@@ -34,8 +34,8 @@ def graph_slots(graph: Fsa, semiring: Semiring) -> tuple[Slots, jax.Array, jax.A
     """(slots, slot_weight [R, K], final_weight [S]) of one unbatched graph,
     read through its host-built tables (gathers only); unused slots and
     non-final states weigh the semiring's zero."""
-    tables = graph.schedule
-    in_arc = tables.dense_in_arc  # [R, K], A where unused
+    tables = graph.schedule.dense
+    in_arc = tables.in_arc  # [R, K], A where unused
     num_states = graph.num_states
     num_rows = in_arc.shape[0]
     src = jnp.append(graph.src, 0)[in_arc]
@@ -50,16 +50,16 @@ def graph_slots(graph: Fsa, semiring: Semiring) -> tuple[Slots, jax.Array, jax.A
     if num_rows > num_states:
         first = jnp.arange(num_states, dtype=jnp.int32)
         row_state = jnp.concatenate([first, dst[in_arc[num_states:, 0]].astype(jnp.int32)])
-    leaving = jnp.asarray(tables.dense_out_slot)  # [Ro, Ko], R * K where unused
+    leaving = jnp.asarray(tables.out_slot)  # [Ro, Ko], R * K where unused
     out_dst = dst[jnp.append(in_arc.reshape(-1), graph.num_arcs)[leaving]]
     slots = Slots(
         src=src,
         label=label,
         leaving=leaving,
         row_state=row_state,
-        in_tree=Tree(jnp.asarray(tables.dense_in_leaf), jnp.asarray(tables.dense_in_top)),
+        in_tree=Tree(jnp.asarray(tables.in_leaf), jnp.asarray(tables.in_top)),
         out_dst=out_dst,
-        out_tree=Tree(jnp.asarray(tables.dense_out_leaf), jnp.asarray(tables.dense_out_top)),
+        out_tree=Tree(jnp.asarray(tables.out_leaf), jnp.asarray(tables.out_top)),
     )
     # Non-final states stop with the semiring's zero, whatever they store.
     final_weight = lifted(semiring, graph.final_weight, graph.final_mask)

@@ -3,12 +3,12 @@ gradients in LOG and TROPICAL, `kbest_scores`' k best paths and `entropy`
 with its gradients.
 
 The kernels (`kernels/scores.cc`) walk an unbatched Fsa's states level by
-level, in the schedule's order (`Schedule.pos_state`), and pull each
-state's incoming arcs from `Schedule.pull_*`: one pass over the arcs for
-the value, and one more, backward, in the same call for the gradient, in
-place of the level scan's many small XLA ops. Batches reach them through
-`jax.vmap` (the FFI calls loop over the batch inside one call). Whether
-they serve is the caller's to ask (`usable`, at trace time).
+level, in the schedule's order (`Schedule.levels.pos_state`), and pull each
+state's incoming arcs from `Schedule.pull`: one pass over the arcs for the
+value, and one more, backward, in the same call for the gradient, in place
+of the level scan's many small XLA ops. Batches reach them through
+`jax.vmap` (the FFI calls loop over the batch inside one call). Where they
+serve is the route table's to say (`core/route_table.py`), at lowering time.
 
 The gradient call is a `derivatives.kernel`: its own derivative is the
 portable recursion's (passed in as `reference`), so second derivatives
@@ -38,7 +38,7 @@ Aux = tuple[Schedule, ArrayLeaf]  # (schedule, src [A])
 def _tables(schedule: Schedule) -> tuple[jax.Array, ...]:
     """The tables the kernels walk: pos_state, pull_end [L, W], pull_arc,
     pull_src [A]."""
-    fields = (schedule.pos_state, schedule.pull_end, schedule.pull_arc, schedule.pull_src)
+    fields = (schedule.levels.pos_state, schedule.pull.end, schedule.pull.arc, schedule.pull.src)
     return tuple(jnp.asarray(table, jnp.int32) for table in fields)
 
 
@@ -107,7 +107,7 @@ def kbest(
     past its end; its final state [k], S where none). Not differentiable
     by JAX: `scores/kbest.py` builds the derivative from the paths."""
     weight, final = _inputs(weight, final)
-    length = max(int(schedule.pos_state.shape[-2]), 1)
+    length = max(int(schedule.levels.pos_state.shape[-2]), 1)
     shapes = (
         jax.ShapeDtypeStruct((k,), weight.dtype),
         jax.ShapeDtypeStruct((k, length), jnp.int32),

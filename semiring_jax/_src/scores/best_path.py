@@ -39,7 +39,7 @@ def _chain(num_states: int, is_acceptor: bool) -> Fsa:
 
 
 def _best_path_one(fsa: Fsa) -> Fsa:
-    steps, _ = fsa.schedule.pos_state.shape  # N: a path has at most N - 1 arcs
+    steps, _ = fsa.schedule.levels.pos_state.shape  # N: a path has at most N - 1 arcs
     alpha, choices = level_scan.forward_positions(
         TROPICAL, fsa.schedule, fsa.weight, with_choice=True
     )
@@ -77,7 +77,7 @@ def path_as_chain(
       state `length` is final (none when not `found`), and every weight is a
       differentiable gather of `fsa`'s.
     """
-    steps, _ = fsa.schedule.pos_state.shape
+    steps, _ = fsa.schedule.levels.pos_state.shape
     arc_mask = jnp.arange(steps - 1) < length
     arcs = jnp.where(arc_mask, arcs, 0)
     chain = _chain(steps, fsa.is_acceptor)

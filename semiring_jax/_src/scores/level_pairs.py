@@ -53,8 +53,8 @@ def forward(schedule: Schedule, weight: ArrayLeaf, *, tropical: bool) -> tuple[P
     """Forward scores α as pairs [P + 2], and for TROPICAL the choices
     (int32 [N, C] slots) that `level_scan.trace_back` reads."""
     weight = jnp.asarray(weight)
-    steps, width = schedule.pos_state.shape
-    in_weight = level_scan.augmented(schedule, weight, _NEG_INF, 0.0)[schedule.in_arc]
+    steps, width = schedule.levels.pos_state.shape
+    in_weight = level_scan.augmented(schedule, weight, _NEG_INF, 0.0)[schedule.levels.in_arc]
 
     def step(alpha: Pair, xs: tuple[jax.Array, Any]) -> tuple[Pair, Any]:
         index, (in_src_pos, in_weight_step) = xs
@@ -68,7 +68,7 @@ def forward(schedule: Schedule, weight: ArrayLeaf, *, tropical: bool) -> tuple[P
         return alpha, choice
 
     hi = _append(jnp.full((steps * width,), _NEG_INF, weight.dtype), _NEG_INF, 0.0)
-    xs = (schedule.in_src_pos, in_weight)
+    xs = (schedule.levels.in_src_pos, in_weight)
     alpha, choices = jax.lax.scan(
         step,
         varying_like((hi, jnp.zeros_like(hi)), xs),  # inside jax.shard_map xs are per device
@@ -82,9 +82,9 @@ def backward(
 ) -> Pair:
     """Backward scores β (final weights included) as pairs [P + 1]."""
     weight = jnp.asarray(weight)
-    steps, width = schedule.pos_state.shape
-    out_weight = level_scan.augmented(schedule, weight, _NEG_INF, 0.0)[schedule.out_arc]
-    final = _append(final_weight, _NEG_INF)[schedule.pos_state]  # [N, C]
+    steps, width = schedule.levels.pos_state.shape
+    out_weight = level_scan.augmented(schedule, weight, _NEG_INF, 0.0)[schedule.levels.out_arc]
+    final = _append(final_weight, _NEG_INF)[schedule.levels.pos_state]  # [N, C]
 
     def step(beta: Pair, xs: tuple[jax.Array, Any]) -> tuple[Pair, None]:
         index, (out_dst_pos, out_weight_step, final_step) = xs
@@ -101,7 +101,7 @@ def backward(
         return beta, None
 
     hi = jnp.full((steps * width + 1,), _NEG_INF, weight.dtype)
-    xs = (schedule.out_dst_pos, out_weight, final)
+    xs = (schedule.levels.out_dst_pos, out_weight, final)
     beta, _ = jax.lax.scan(
         step,
         varying_like((hi, jnp.zeros_like(hi)), xs),  # inside jax.shard_map xs are per device
@@ -114,7 +114,9 @@ def backward(
 def _endings(schedule: Schedule, alpha: Pair, final_weight: ArrayLeaf) -> Pair:
     """α ⊗ final weight per state, [S]."""
     return compensated.add(
-        alpha[0][schedule.state_pos], alpha[1][schedule.state_pos], jnp.asarray(final_weight)
+        alpha[0][schedule.levels.state_pos],
+        alpha[1][schedule.levels.state_pos],
+        jnp.asarray(final_weight),
     )
 
 
@@ -140,7 +142,7 @@ def log_gradients(
     alpha, _ = forward(schedule, weight, tropical=False)
     beta = backward(schedule, weight, final_weight, tropical=False)
     z, _ = total(schedule, alpha, final_weight, tropical=False)
-    src, dst = schedule.arc_src_pos, schedule.arc_dst_pos
+    src, dst = schedule.levels.arc_src_pos, schedule.levels.arc_dst_pos
     path = compensated.add_pairs(
         compensated.add(alpha[0][src], alpha[1][src], weight), (beta[0][dst], beta[1][dst])
     )

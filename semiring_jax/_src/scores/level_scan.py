@@ -46,7 +46,9 @@ def augmented(schedule: Schedule, values: Any, zero: Any, one: Any) -> Any:
     augmented arcs [A + 2 + H]: `zero` for the dummy arc A, `one` for the
     start's pseudo-arc A + 1 and for every helper arc."""
     values = jax.tree_util.tree_map(jnp.asarray, values)
-    helpers = records.full(one, (schedule.helper_grad_index.shape[-1],), records.dtype_of(values))
+    helpers = records.full(
+        one, (schedule.levels.helper_grad_index.shape[-1],), records.dtype_of(values)
+    )
     return jax.tree_util.tree_map(
         lambda *parts: jnp.concatenate(parts), records.append(values, zero, one), helpers
     )
@@ -66,7 +68,7 @@ def endings(
     semiring: Semiring, schedule: Schedule, alpha: jax.Array, final_weight: ArrayLeaf
 ) -> jax.Array:
     """α ⊗ final weight per state, [S]: the terms of the total score."""
-    return semiring.times(records.take(alpha, schedule.state_pos), final_weight)
+    return semiring.times(records.take(alpha, schedule.levels.state_pos), final_weight)
 
 
 def forward_positions(
@@ -91,9 +93,9 @@ def forward_positions(
       α, float [P + 2] (entries P, P + 1 are zero and one), and the saved
       derivatives, float [N, C, K_in]; or the choices, int32 [N, C]; or None.
     """
-    steps, width = schedule.pos_state.shape
+    steps, width = schedule.levels.pos_state.shape
     in_weight = records.take(
-        augmented(schedule, weight, semiring.zero, semiring.one), schedule.in_arc
+        augmented(schedule, weight, semiring.zero, semiring.one), schedule.levels.in_arc
     )
 
     def step(alpha: Any, xs: tuple[jax.Array, Any]) -> tuple[Any, Any]:
@@ -114,7 +116,7 @@ def forward_positions(
     dtype = records.dtype_of(weight)
     alpha = records.full(semiring.zero, (steps * width,), dtype)
     alpha = records.append(alpha, semiring.zero, semiring.one)
-    return _step_scan(step, alpha, (schedule.in_src_pos, in_weight), reverse=False)
+    return _step_scan(step, alpha, (schedule.levels.in_src_pos, in_weight), reverse=False)
 
 
 def backward_positions(
@@ -125,11 +127,13 @@ def backward_positions(
     Returns:
       float [P + 1]; entry P (the dummy) is `zero`.
     """
-    steps, width = schedule.pos_state.shape
+    steps, width = schedule.levels.pos_state.shape
     out_weight = records.take(
-        augmented(schedule, weight, semiring.zero, semiring.one), schedule.out_arc
+        augmented(schedule, weight, semiring.zero, semiring.one), schedule.levels.out_arc
     )
-    final = records.take(records.append(final_weight, semiring.zero), schedule.pos_state)  # [N, C]
+    final = records.take(
+        records.append(final_weight, semiring.zero), schedule.levels.pos_state
+    )  # [N, C]
 
     def step(beta: Any, xs: tuple[jax.Array, Any]) -> tuple[Any, None]:
         index, (out_dst_pos, out_weight_step, final_step) = xs
@@ -138,7 +142,7 @@ def backward_positions(
         return records.update_slice(beta, new, index * width), None
 
     beta = records.full(semiring.zero, (steps * width + 1,), records.dtype_of(weight))
-    beta, _ = _step_scan(step, beta, (schedule.out_dst_pos, out_weight, final), reverse=True)
+    beta, _ = _step_scan(step, beta, (schedule.levels.out_dst_pos, out_weight, final), reverse=True)
     return beta
 
 
@@ -173,17 +177,17 @@ def path_gradients(
     Returns:
       (float [A], float [S]).
     """
-    steps, width = schedule.pos_state.shape
+    steps, width = schedule.levels.pos_state.shape
     flat_local = _append(local.reshape(-1), 0)
-    arc_local = flat_local[schedule.arc_grad_index]  # [A]
-    helper_local = flat_local[schedule.helper_grad_index]  # [H]
+    arc_local = flat_local[schedule.levels.arc_grad_index]  # [A]
+    helper_local = flat_local[schedule.levels.helper_grad_index]  # [H]
     zeros = jnp.zeros(2, arc_local.dtype)  # the dummy arc and the pseudo-arc
-    out_local = jnp.concatenate([arc_local, zeros, helper_local])[schedule.out_arc]
+    out_local = jnp.concatenate([arc_local, zeros, helper_local])[schedule.levels.out_arc]
     # Over states, not positions, so that TROPICAL ties go to the lowest state.
     ending = endings(semiring, schedule, alpha, final_weight)
     assert semiring.sum_grad is not None  # see Args
     final_local = semiring.sum_grad(ending, semiring.sum(ending, axis=0), axis=0)
-    final_local_grid = _append(final_local, 0)[schedule.pos_state]  # [N, C]
+    final_local_grid = _append(final_local, 0)[schedule.levels.pos_state]  # [N, C]
 
     def step(adjoint: jax.Array, xs: tuple[jax.Array, Any]) -> tuple[jax.Array, None]:
         index, (out_dst_pos, out_local_step, final_step) = xs
@@ -192,9 +196,9 @@ def path_gradients(
 
     adjoint = jnp.zeros((steps * width + 1,), final_weight.dtype)
     adjoint, _ = _step_scan(
-        step, adjoint, (schedule.out_dst_pos, out_local, final_local_grid), reverse=True
+        step, adjoint, (schedule.levels.out_dst_pos, out_local, final_local_grid), reverse=True
     )
-    return adjoint[schedule.arc_dst_pos] * arc_local, final_local
+    return adjoint[schedule.levels.arc_dst_pos] * arc_local, final_local
 
 
 def best_path_arcs(
@@ -245,8 +249,8 @@ def trace_back(
     Returns:
       int32 [N]: the path's arcs, last arc first, then A (none).
     """
-    steps, width = schedule.pos_state.shape
-    num_arcs = schedule.arc_src_pos.shape[0]
+    steps, width = schedule.levels.pos_state.shape
+    num_arcs = schedule.levels.arc_src_pos.shape[0]
 
     def step(
         carry: tuple[jax.Array, jax.Array], _: None
@@ -254,13 +258,13 @@ def trace_back(
         position, walking = carry
         index, rank = position // width, position % width
         slot = choices[index, rank]
-        arc = schedule.in_arc[index, rank, slot]
+        arc = schedule.levels.in_arc[index, rank, slot]
         # A (none) and A + 1 (the start) end the walk; helper arcs go on.
         walking = walking & (arc != num_arcs) & (arc != num_arcs + 1)
         real = jnp.where(walking & (arc < num_arcs), arc, num_arcs)
-        return (schedule.in_src_pos[index, rank, slot], walking), real
+        return (schedule.levels.in_src_pos[index, rank, slot], walking), real
 
-    start = (schedule.state_pos[final_state], found)
+    start = (schedule.levels.state_pos[final_state], found)
     _, arcs = jax.lax.scan(step, start, None, length=steps)
     # The real arcs first, in the order walked.
     return arcs[jnp.argsort(arcs >= num_arcs, stable=True)]

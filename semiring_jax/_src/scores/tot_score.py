@@ -72,19 +72,19 @@ def _check_schedule_shapes(fsa: Fsa, fn: str) -> None:
     expected = {name: fsa.num_arcs for name in per_arc}
     expected["state_pos"] = fsa.num_states
     for name, size in expected.items():
-        shape = getattr(schedule, name).shape
+        shape = schedule.arrays()[name].shape
         if shape[-1:] != (size,):
             raise ValueError(
                 f"{fn}: the schedule's {name} has shape {tuple(shape)} but the Fsa has "
                 f"{size} {'arcs' if name in per_arc else 'states'} (a schedule of another Fsa?)"
             )
-    levels, width = schedule.pos_state.shape[-2:]
+    levels, width = schedule.levels.pos_state.shape[-2:]
     if levels and not width:
         raise ValueError(f"{fn}: the schedule has {levels} levels of width 0")
-    if schedule.pull_end.shape != schedule.pos_state.shape:
+    if schedule.pull.end.shape != schedule.levels.pos_state.shape:
         raise ValueError(
-            f"{fn}: the schedule's pull_end {tuple(schedule.pull_end.shape)} and pos_state "
-            f"{tuple(schedule.pos_state.shape)} differ in shape (a schedule of another Fsa?)"
+            f"{fn}: the schedule's pull_end {tuple(schedule.pull.end.shape)} and pos_state "
+            f"{tuple(schedule.levels.pos_state.shape)} differ in shape (a schedule of another Fsa?)"
         )
 
 
@@ -148,7 +148,7 @@ def _rule_gradients(
     arcs, final_state, found = level_scan.best_path_arcs(
         semiring, schedule, final_weight, alpha, choices
     )
-    num_arcs = schedule.arc_src_pos.shape[0]
+    num_arcs = schedule.levels.arc_src_pos.shape[0]
     on_path = jnp.zeros(num_arcs + 1, final_weight.dtype).at[arcs].set(1)[:num_arcs]
     stop = jnp.zeros_like(final_weight).at[final_state].set(found.astype(final_weight.dtype))
     return _total(semiring, schedule, alpha, final_weight), (on_path, stop)
@@ -259,10 +259,10 @@ def _forward_one(fsa: Fsa, semiring: Semiring) -> Any:
     if _is_builtin(semiring):
         tropical = semiring.arithmetic == "tropical"
         pair, _ = level_pairs.forward(fsa.schedule, fsa.weight, tropical=tropical)
-        return (pair[0] + pair[1])[fsa.schedule.state_pos]
+        return (pair[0] + pair[1])[fsa.schedule.levels.state_pos]
     weight, _ = _diff(fsa, semiring)
     alpha, _ = level_scan.forward_positions(semiring, fsa.schedule, weight)
-    return records.take(alpha, fsa.schedule.state_pos)
+    return records.take(alpha, fsa.schedule.levels.state_pos)
 
 
 def forward_scores(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
@@ -298,8 +298,8 @@ def _backward_one(fsa: Fsa, semiring: Semiring) -> Any:
     else:
         beta = level_scan.backward_positions(semiring, schedule, weight, final_weight)
     # States without a position have no arcs: their β is their final weight.
-    unplaced = schedule.state_pos == records.leaves_of(beta)[0].shape[0] - 1
-    return records.where(unplaced, final_weight, records.take(beta, schedule.state_pos))
+    unplaced = schedule.levels.state_pos == records.leaves_of(beta)[0].shape[0] - 1
+    return records.where(unplaced, final_weight, records.take(beta, schedule.levels.state_pos))
 
 
 def backward_scores(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:

@@ -271,7 +271,11 @@ template <typename T>
 void LogBackwardOne(const Sizes& z, const Entry<T>& e, const LogState<T>& st, double total,
                     T* arc_grad, T* final_grad, Workspace* space) {
   const int64_t S = z.num_states, A = z.num_arcs, P = z.levels * z.width;
-  if (total != total || total == kPosInf<double>) {  // NaN in, or a +inf weight
+  // Undefined where the returned total (rounded to T) is NaN or +inf: NaN in,
+  // a +inf weight, or a float total past T's range; tot_score applies no
+  // mask of its own to the kernel's gradients.
+  const T rounded = static_cast<T>(total);
+  if (rounded != rounded || rounded == kPosInf<T>) {
     std::fill(arc_grad, arc_grad + A, kNaN<T>);
     std::fill(final_grad, final_grad + S, kNaN<T>);
     return;

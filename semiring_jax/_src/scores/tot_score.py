@@ -177,8 +177,12 @@ def _kernel_value_and_grad(
     diff: tuple[ArrayLeaf, ArrayLeaf],
     aux: tuple[Schedule, ArrayLeaf],
 ) -> tuple[jax.Array, Any]:
-    total, grads = score_ops.value_and_grads(semiring, reference, *aux, *diff)
-    return total, derivatives.undefined_to_nan(total, grads, inf_undefined=_inf_undefined(semiring))
+    # The kernels' gradients are already NaN where the total is NaN (and, in
+    # LOG, +inf), in every entry: an undefined_to_nan here would add an
+    # [A]-sized select to every program, and XLA:CPU runs a program of 1,000
+    # or more estimated flops asynchronously (a thread handoff on every
+    # call) instead of inline.
+    return score_ops.value_and_grads(semiring, reference, *aux, *diff)
 
 
 @functools.cache

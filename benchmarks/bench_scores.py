@@ -415,6 +415,8 @@ class Row:
     openfst_cold: float | None
     floor: float
     floor_cold: float
+    flops_vg: float
+    flops_value: float
 
     @property
     def ratio_openfst(self) -> float | None:
@@ -436,6 +438,20 @@ class Row:
 def agree(ours: float, theirs: float) -> bool:
     """Scores agree to VALUE_RTOL relative (absolute near 0)."""
     return abs(ours - theirs) <= VALUE_RTOL * max(1.0, abs(theirs))
+
+
+# XLA:CPU runs a program whose estimated flops (HloCostAnalysis) are below
+# this inline on the calling thread; any other goes to a worker thread, and
+# every call then pays a thread handoff (tens of us on a busy 2-core VM).
+XLA_CPU_INLINE_FLOPS = 1000
+
+
+def xla_flops(fn: Callable, *args: Any) -> float:
+    """XLA's flop estimate of the jitted `fn`'s compiled program: custom
+    calls (our kernels) count 0, so anything above is JAX work around them."""
+    analysis = fn.lower(*args).compile().cost_analysis()
+    analysis = analysis[0] if isinstance(analysis, list) else analysis
+    return float((analysis or {}).get("flops", 0.0))
 
 
 def run_row(workload: Workload, fsa: sj.Fsa, semiring_name: str, reps: Reps) -> Row:
@@ -527,6 +543,8 @@ def run_row(workload: Workload, fsa: sj.Fsa, semiring_name: str, reps: Reps) -> 
         cold.get("openfst"),
         medians["jax_floor"],
         cold["jax_floor"],
+        xla_flops(vg_fn, fsa_device, weight),
+        xla_flops(value_fn, fsa_device, weight),
     )
 
 
@@ -614,21 +632,29 @@ def print_details(rows: list[Row]) -> None:
     print("\nDetails:")
     print(
         f"  {'workload':<17}{'semiring':<10}{'compile val (s)':>16}"
-        f"{'OpenFst fwd (ms)':>18}{'OFst fwd/ours':>15}{'JAX floor (ms)':>16}  checks"
+        f"{'OpenFst fwd (ms)':>18}{'OFst fwd/ours':>15}{'JAX floor (ms)':>16}"
+        f"{'XLA flops v+g/val':>19}{'inline':>8}  checks"
     )
     for r in rows:
         fwd_ratio = None if r.openfst_forward is None else r.openfst_forward / r.ours_vg
+        inline = "/".join(
+            "yes" if f < XLA_CPU_INLINE_FLOPS else "NO" for f in (r.flops_vg, r.flops_value)
+        )
         print(
             f"  {r.workload:<17}{r.semiring:<10}{r.compile_value:>16.2f}"
             f"{fmt(r.openfst_forward, '.3f', 1e3):>18}"
             f"{fmt(fwd_ratio, '.1f'):>15}"
-            f"{f'{r.floor * 1e3:.3f}/{r.floor_cold * 1e3:.3f}':>16}  {'; '.join(r.checks)}"
+            f"{f'{r.floor * 1e3:.3f}/{r.floor_cold * 1e3:.3f}':>16}"
+            f"{f'{r.flops_vg:.0f}/{r.flops_value:.0f}':>19}{inline:>8}  {'; '.join(r.checks)}"
         )
     print(
         "  OpenFst fwd = shortestdistance(reverse=False) then ⊕ over final states in"
         " Python (no reversed copy); detail only,\n  the goal uses the reverse=True column."
         "\n  JAX floor = a jitted `weight * 2` on the same array, warm/cold: what any JAX"
         " call costs here, whatever its work."
+        f"\n  XLA flops = the compiled program's cost estimate (the kernels count 0); below"
+        f" {XLA_CPU_INLINE_FLOPS} XLA:CPU runs it\n  inline, else on a worker thread with a"
+        " handoff on every call (the per-call cost of issue: tot_score +0.1 ms)."
     )
 
 
@@ -680,6 +706,51 @@ def print_summary(rows: list[Row]) -> None:
     print(
         f"  Overall (warm): {'all goals met' if met_all else 'some goals NOT met'}."
         " Cold ratios are shown for reference."
+    )
+
+
+# -- per-call cost: a tiny Fsa, where the work is nothing and the call is all --------
+
+
+def print_per_call(reps: Reps) -> None:
+    """tot_score value + gradient on a 50-state, 150-arc DAG beside the JAX
+    floor, warm and cold, with XLA's flop estimate: a fixed cost added to
+    every call (a thread handoff, per-call Python) shows here first."""
+    graph = random_dag(np.random.default_rng(SEED + 1), 50, 150)
+    fsa = build_ours(Workload("dag-50", [graph]))
+    fsa_device, weight = jax.device_put(fsa), jax.device_put(fsa.weight)
+    floor_fn = jax.jit(lambda w: w * 2)
+    contestants = {"jax_floor": lambda: jax.block_until_ready(floor_fn(weight))}
+    flops = {}
+    for name, semiring in SEMIRINGS.items():
+        _, vg_fn = ours_functions(semiring)
+        flops[name] = xla_flops(vg_fn, fsa_device, weight)
+        contestants[name] = lambda fn=vg_fn: jax.block_until_ready(fn(fsa_device, weight))
+        # Eager: the checks and dispatch that sj.tot_score does in Python per call.
+        eager = f"{name} eager"
+        flops[eager] = flops[name]
+        contestants[eager] = lambda s=semiring: jax.block_until_ready(sj.tot_score(fsa_device, s))
+    warm = interleaved_medians(contestants, reps, burst=BURST)
+    cold = interleaved_medians(contestants, reps)
+    print(
+        "\nPer call (dag-50: 50 states, 150 arcs; jitted v+g and eager tot_score value,"
+        " median us, warm/cold;\n  over floor = minus the JAX floor's; XLA flops of the"
+        " v+g program):"
+    )
+    print(f"  {'call':<16}{'us':>14}{'over floor':>14}{'XLA flops':>11}{'inline':>8}")
+    for name in contestants:
+        if name == "jax_floor":
+            continue
+        over_warm = (warm[name] - warm["jax_floor"]) * 1e6
+        over_cold = (cold[name] - cold["jax_floor"]) * 1e6
+        inline = "yes" if flops[name] < XLA_CPU_INLINE_FLOPS else "NO"
+        print(
+            f"  {name:<16}{f'{warm[name] * 1e6:.1f}/{cold[name] * 1e6:.1f}':>14}"
+            f"{f'{over_warm:.1f}/{over_cold:.1f}':>14}{flops[name]:>11.0f}{inline:>8}"
+        )
+    print(
+        f"  JAX floor {warm['jax_floor'] * 1e6:.1f}/{cold['jax_floor'] * 1e6:.1f} us. The"
+        " kernels' work here is a few us: over floor is the fixed cost of a call."
     )
 
 
@@ -812,6 +883,7 @@ def main(argv: list[str] | None = None) -> None:
         fsas.append(build_ours(w))
         build_s.append(time.perf_counter() - t0)
     print_workloads(workloads, fsas, build_s)
+    print_per_call(reps)
 
     structured = []
     for w, fsa in zip(workloads, fsas):

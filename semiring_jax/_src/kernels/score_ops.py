@@ -32,7 +32,7 @@ from semiring_jax._src.kernels import loader
 __all__ = ["entropy", "kbest", "total", "value_and_grads"]
 
 Diff = tuple[jax.Array, jax.Array]  # (weight [A], final_weight [S])
-Aux = tuple[Schedule, ArrayLeaf]  # (schedule, src [A])
+Aux = tuple[Schedule, ArrayLeaf, ArrayLeaf]  # (schedule, src [A], final_mask [S])
 
 
 def _tables(schedule: Schedule) -> tuple[jax.Array, ...]:
@@ -47,9 +47,26 @@ def _inputs(weight: ArrayLeaf, final: ArrayLeaf) -> Diff:
     return weight, jnp.asarray(final, weight.dtype)
 
 
-def total(semiring: Semiring, schedule: Schedule, weight: ArrayLeaf, final: ArrayLeaf) -> jax.Array:
+def _final_mask(final: jax.Array, final_mask: ArrayLeaf | None) -> jax.Array:
+    """tot_score's kernels' final_mask [S]: which final weights they read
+    (-inf elsewhere; every one where None)."""
+    if final_mask is None:
+        return jnp.ones(final.shape, bool)
+    return jnp.asarray(final_mask, bool)
+
+
+def total(
+    semiring: Semiring,
+    schedule: Schedule,
+    weight: ArrayLeaf,
+    final: ArrayLeaf,
+    final_mask: ArrayLeaf | None = None,
+) -> jax.Array:
     """The total score [] of an unbatched Fsa by the value kernel (not
-    differentiable by JAX: callers wrap it in `derivatives.score`)."""
+    differentiable by JAX: callers wrap it in `derivatives.score`). Final
+    weights are read where `final_mask` [S] holds (every one where None),
+    as -inf elsewhere: the kernel applies the mask, so that no select on
+    [S] runs in the program around it."""
     weight, final = _inputs(weight, final)
     call = loader.ffi(
         f"{semiring.arithmetic}_total",
@@ -57,7 +74,7 @@ def total(semiring: Semiring, schedule: Schedule, weight: ArrayLeaf, final: Arra
         jax.ShapeDtypeStruct((), weight.dtype),
         vmap_method="broadcast_all",
     )
-    return call(weight, final, *_tables(schedule))
+    return call(weight, final, _final_mask(final, final_mask), *_tables(schedule))
 
 
 @functools.cache
@@ -66,7 +83,7 @@ def _op(semiring: Semiring, reference: derivatives.ValueAndGrad) -> derivatives.
     one static argument."""
 
     def kernel(diff: Diff, aux: Aux) -> tuple[jax.Array, Diff]:
-        (weight, final), (schedule, src) = diff, aux
+        (weight, final), (schedule, src, final_mask) = diff, aux
         dtype = weight.dtype
         shapes = (
             jax.ShapeDtypeStruct((), dtype),
@@ -76,7 +93,8 @@ def _op(semiring: Semiring, reference: derivatives.ValueAndGrad) -> derivatives.
         call = loader.ffi(f"{semiring.arithmetic}_grad", dtype, shapes, vmap_method="broadcast_all")
         # The tropical trace-back also reads each arc's source state.
         extra = () if semiring.arithmetic == "log" else (jnp.asarray(src, jnp.int32),)
-        value, arc_grad, final_grad = call(weight, final, *_tables(schedule), *extra)
+        mask = _final_mask(final, final_mask)
+        value, arc_grad, final_grad = call(weight, final, mask, *_tables(schedule), *extra)
         return value, (arc_grad, final_grad)
 
     return derivatives.KernelOp(kernel, reference)
@@ -87,14 +105,17 @@ def value_and_grads(
     reference: derivatives.ValueAndGrad,
     schedule: Schedule,
     src: ArrayLeaf,
+    final_mask: ArrayLeaf,
     weight: ArrayLeaf,
     final: ArrayLeaf,
 ) -> tuple[jax.Array, Diff]:
-    """(total [], (∂/∂weight [A], ∂/∂final [S])) by the gradient kernel;
-    differentiable through `reference((weight, final), (schedule, src))`,
-    the portable recursion's (total, gradients)."""
+    """(total [], (∂/∂weight [A], ∂/∂final [S])) by the gradient kernel,
+    reading final weights where `final_mask` [S] holds (-inf elsewhere,
+    and gradient 0 there); differentiable through `reference((weight,
+    final), (schedule, src, final_mask))`, the portable recursion's (total,
+    gradients)."""
     result: tuple[jax.Array, Diff] = derivatives.kernel(
-        _op(semiring, reference), _inputs(weight, final), (schedule, src)
+        _op(semiring, reference), _inputs(weight, final), (schedule, src, final_mask)
     )
     return result
 

@@ -9,6 +9,9 @@
 // Shapes (every buffer may carry leading batch dimensions, flattened to N):
 //   weight    [N, A]     arc weights (f32 or f64: one handler per dtype)
 //   final     [N, S]     final weights, the same dtype
+//   final_mask [N, S]    bool, which states are final (tot_score's kernels
+//                        only): another state's final weight is not read,
+//                        as if -inf, and its final gradient is 0
 //   pos_state [N, L, W]  int32, the state at each level position; S = none
 //   pull_end  [N, L, W]  int32, where each position's arcs end in pull order
 //   pull_arc  [N, A]     int32, arcs by destination position, then index
@@ -36,10 +39,12 @@
 //   prefix, then the lowest arc index (pull order keeps arc order within a
 //   state), as scores/level_scan.py documents.
 //
-// NaN in a real arc's weight or in any final weight makes the total NaN
-// and every gradient entry NaN. +inf stays +inf where a path uses it (-inf
-// absorbs it, `Times`); LOG gradients of a +inf total are NaN, TROPICAL
-// ones the indicator of the best path, as the scans give.
+// NaN in a real arc's weight or in a final state's final weight (any
+// final weight where no final_mask is given) makes the total NaN and every
+// gradient entry NaN, but for the final gradient of a state final_mask marks
+// non-final: 0, as that weight is never read. +inf stays +inf where a path
+// uses it (-inf absorbs it, `Times`); LOG gradients of a +inf total are NaN,
+// TROPICAL ones the indicator of the best path, as the scans give.
 
 #include <new>
 
@@ -65,11 +70,12 @@ std::string Shape(const Dims& dims) {
 }
 
 // Sizes of weight [.., A], final [.., S], pos_state [.., L, W], pull_end
-// like pos_state, and pull_arc, pull_src (and src) like weight, all with
-// the same leading dimensions.
-template <typename W, typename F, typename I>
-ffi::Error GetSizes(const W& weight, const F& final_weight, const I& pos_state, const I& pull_end,
-                    const I& pull_arc, const I& pull_src, const I* src, Sizes* z) {
+// like pos_state, pull_arc, pull_src (and src) like weight, and final_mask
+// (where given) like final, all with the same leading dimensions.
+template <typename W, typename F, typename M, typename I>
+ffi::Error GetSizes(const W& weight, const F& final_weight, const M* final_mask, const I& pos_state,
+                    const I& pull_end, const I& pull_arc, const I& pull_src, const I* src,
+                    Sizes* z) {
   auto a = weight.dimensions();
   auto s = final_weight.dimensions();
   auto p = pos_state.dimensions();
@@ -85,10 +91,13 @@ ffi::Error GetSizes(const W& weight, const F& final_weight, const I& pos_state, 
                     Shape(pull_end.dimensions()) == Shape(p) &&
                     Shape(pull_arc.dimensions()) == Shape(a) &&
                     Shape(pull_src.dimensions()) == Shape(a) &&
-                    (src == nullptr || Shape(src->dimensions()) == Shape(a));
+                    (src == nullptr || Shape(src->dimensions()) == Shape(a)) &&
+                    (final_mask == nullptr || Shape(final_mask->dimensions()) == Shape(s));
   if (!same) {
+    const std::string mask =
+        final_mask == nullptr ? "" : ", final_mask " + Shape(final_mask->dimensions());
     return Fail("tables of mismatched sizes: weight " + Shape(a) + ", final_weight " + Shape(s) +
-                ", pos_state " + Shape(p) + ", pull_end " + Shape(pull_end.dimensions()) +
+                mask + ", pos_state " + Shape(p) + ", pull_end " + Shape(pull_end.dimensions()) +
                 ", pull_arc " + Shape(pull_arc.dimensions()) + " (a schedule of another Fsa?)");
   }
   return ffi::Error::Success();
@@ -99,11 +108,32 @@ template <typename T>
 struct Entry {
   const T* weight;
   const T* final_weight;
+  const bool* final_mask;  // nullptr: every state's final weight is read
   const int32_t* pos_state;
   const int32_t* pull_end;
   const int32_t* pull_arc;
   const int32_t* pull_src;
 };
+
+// Whether state s's final weight counts (final_mask, where given).
+template <typename T>
+inline bool IsFinal(const Entry<T>& e, int64_t s) {
+  return e.final_mask == nullptr || e.final_mask[s];
+}
+
+// State s's final weight as the recursions read it: -inf (the zero) on a
+// state final_mask marks non-final, whatever is stored there (NaN too).
+template <typename T>
+inline T FinalAt(const Entry<T>& e, int64_t s) {
+  return IsFinal(e, s) ? e.final_weight[s] : kNegInf<T>;
+}
+
+// final_grad [S] = fill on the final states, 0 on the others: a final
+// weight that is not read has no effect on the total, whatever it is.
+template <typename T>
+void FillFinalGrad(const Entry<T>& e, int64_t S, T fill, T* final_grad) {
+  for (int64_t s = 0; s < S; ++s) final_grad[s] = IsFinal(e, s) ? fill : T(0);
+}
 
 // The first pull index of position p (positions are flattened [L * W]).
 inline int64_t PullBegin(const int32_t* pull_end, int64_t p) { return p == 0 ? 0 : pull_end[p - 1]; }
@@ -253,7 +283,7 @@ double LogForwardOne(const Sizes& z, const Entry<T>& e, const LogState<T>& st) {
   // ⊕ over the states of alpha ⊗ final.
   double best = kNegInf<double>;
   for (int64_t s = 0; s < S; ++s) {
-    const T f = e.final_weight[s];
+    const T f = FinalAt(e, s);
     nan |= f != f;
     best = std::max(best, Times(st.alpha[s], static_cast<double>(f)));
   }
@@ -261,7 +291,7 @@ double LogForwardOne(const Sizes& z, const Entry<T>& e, const LogState<T>& st) {
   if (!(best > kNegInf<double>) || !(best < kPosInf<double>)) return best;
   double sum = 0;
   for (int64_t s = 0; s < S; ++s) {
-    sum += std::exp(Times(st.alpha[s], static_cast<double>(e.final_weight[s])) - best);
+    sum += std::exp(Times(st.alpha[s], static_cast<double>(FinalAt(e, s))) - best);
   }
   return best + std::log(sum);
 }
@@ -271,9 +301,13 @@ template <typename T>
 void LogBackwardOne(const Sizes& z, const Entry<T>& e, const LogState<T>& st, double total,
                     T* arc_grad, T* final_grad, Workspace* space) {
   const int64_t S = z.num_states, A = z.num_arcs, P = z.levels * z.width;
-  if (total != total || total == kPosInf<double>) {  // NaN in, or a +inf weight
+  // Undefined where the returned total (rounded to T) is NaN or +inf: NaN in,
+  // a +inf weight, or a float total past T's range; tot_score applies no
+  // mask of its own to the kernel's gradients.
+  const T rounded = static_cast<T>(total);
+  if (rounded != rounded || rounded == kPosInf<T>) {
     std::fill(arc_grad, arc_grad + A, kNaN<T>);
-    std::fill(final_grad, final_grad + S, kNaN<T>);
+    FillFinalGrad(e, S, kNaN<T>, final_grad);
     return;
   }
   if (!(total > kNegInf<double>)) {  // no successful path: the gradient is exactly 0
@@ -283,7 +317,7 @@ void LogBackwardOne(const Sizes& z, const Entry<T>& e, const LogState<T>& st, do
   }
   double* gamma = space->Take<double>(S);  // the posterior of passing through each state
   for (int64_t s = 0; s < S; ++s) {
-    gamma[s] = std::exp(Times(st.alpha[s], static_cast<double>(e.final_weight[s])) - total);
+    gamma[s] = std::exp(Times(st.alpha[s], static_cast<double>(FinalAt(e, s))) - total);
     final_grad[s] = static_cast<T>(std::min(gamma[s], 1.0));
   }
   // Zeros first: padding arcs, and any arc that pull_arc fails to list.
@@ -331,7 +365,7 @@ double TropicalForwardOne(const Sizes& z, const Entry<T>& e, double* alpha, int3
   }
   double best = kNegInf<double>;
   for (int64_t s = 0; s < S; ++s) {
-    const T f = e.final_weight[s];
+    const T f = FinalAt(e, s);
     nan |= f != f;
     best = std::max(best, Times(alpha[s], static_cast<double>(f)));
   }
@@ -341,17 +375,17 @@ double TropicalForwardOne(const Sizes& z, const Entry<T>& e, double* alpha, int3
 // One entry's best path: the indicator of its arcs and of its final state,
 // the lowest-numbered one with the best score.
 template <typename T>
-void TropicalBackwardOne(const Sizes& z, const T* final_weight, const int32_t* src,
+void TropicalBackwardOne(const Sizes& z, const Entry<T>& e, const int32_t* src,
                          const double* alpha, const int32_t* choice, double total, T* arc_grad,
                          T* final_grad) {
   const int64_t A = z.num_arcs, S = z.num_states;
   const T fill = total != total ? kNaN<T> : T(0);
   std::fill(arc_grad, arc_grad + A, fill);
-  std::fill(final_grad, final_grad + S, fill);
+  FillFinalGrad(e, S, fill, final_grad);
   if (!(total > kNegInf<double>)) return;  // no path (gradient exactly 0) or NaN
   int64_t best_state = 0;
   for (int64_t s = 0; s < S; ++s) {
-    if (Times(alpha[s], static_cast<double>(final_weight[s])) == total) {
+    if (Times(alpha[s], static_cast<double>(FinalAt(e, s))) == total) {
       best_state = s;
       break;
     }
@@ -372,37 +406,43 @@ void TropicalBackwardOne(const Sizes& z, const T* final_weight, const int32_t* s
 template <ffi::DataType D>
 using Floats = ffi::Buffer<D>;
 using Ints = ffi::Buffer<ffi::S32>;
+using Bools = ffi::Buffer<ffi::PRED>;
 
 template <ffi::DataType D>
 Entry<ffi::NativeType<D>> EntryAt(const Sizes& z, int64_t i, const Floats<D>& weight,
-                                  const Floats<D>& final_weight, const Ints& pos_state,
-                                  const Ints& pull_end, const Ints& pull_arc,
-                                  const Ints& pull_src) {
+                                  const Floats<D>& final_weight, const Bools* final_mask,
+                                  const Ints& pos_state, const Ints& pull_end,
+                                  const Ints& pull_arc, const Ints& pull_src) {
   const int64_t positions = z.levels * z.width;
   return {
-      weight.typed_data() + i * z.num_arcs,     final_weight.typed_data() + i * z.num_states,
-      pos_state.typed_data() + i * positions,   pull_end.typed_data() + i * positions,
-      pull_arc.typed_data() + i * z.num_arcs,   pull_src.typed_data() + i * z.num_arcs,
+      weight.typed_data() + i * z.num_arcs,
+      final_weight.typed_data() + i * z.num_states,
+      final_mask == nullptr ? nullptr : final_mask->typed_data() + i * z.num_states,
+      pos_state.typed_data() + i * positions,
+      pull_end.typed_data() + i * positions,
+      pull_arc.typed_data() + i * z.num_arcs,
+      pull_src.typed_data() + i * z.num_arcs,
   };
 }
 
 // Runs body(z, i, entry) for every batch entry on the pool, after checking
-// the tables' sizes against each other (and src's, where given) and each
-// entry's indices against its sizes.
+// the tables' sizes against each other (and final_mask's and src's, where
+// given) and each entry's indices against its sizes.
 template <ffi::DataType D, typename Body>
 ffi::Error ForEachEntry(ffi::ThreadPool& pool, const Floats<D>& weight,
-                        const Floats<D>& final_weight, const Ints& pos_state, const Ints& pull_end,
-                        const Ints& pull_arc, const Ints& pull_src, const Ints* src,
-                        const Body& body) {
+                        const Floats<D>& final_weight, const Bools* final_mask,
+                        const Ints& pos_state, const Ints& pull_end, const Ints& pull_arc,
+                        const Ints& pull_src, const Ints* src, const Body& body) {
   Sizes z;
-  if (auto error =
-          GetSizes(weight, final_weight, pos_state, pull_end, pull_arc, pull_src, src, &z);
+  if (auto error = GetSizes(weight, final_weight, final_mask, pos_state, pull_end, pull_arc,
+                            pull_src, src, &z);
       error.failure()) {
     return error;
   }
   std::atomic<int64_t> misfit{-1};
   ForEntries(pool, z.n, z.num_arcs, [&](int64_t i) {
-    const auto e = EntryAt<D>(z, i, weight, final_weight, pos_state, pull_end, pull_arc, pull_src);
+    const auto e = EntryAt<D>(z, i, weight, final_weight, final_mask, pos_state, pull_end,
+                              pull_arc, pull_src);
     if (!TablesFit(z, e)) {
       misfit.store(i);
       return;
@@ -419,11 +459,12 @@ ffi::Error ForEachEntry(ffi::ThreadPool& pool, const Floats<D>& weight,
 }
 
 template <ffi::DataType D>
-ffi::Error LogTotal(ffi::ThreadPool pool, Floats<D> weight, Floats<D> final_weight, Ints pos_state,
-                    Ints pull_end, Ints pull_arc, Ints pull_src, ffi::ResultBuffer<D> total) {
+ffi::Error LogTotal(ffi::ThreadPool pool, Floats<D> weight, Floats<D> final_weight,
+                    Bools final_mask, Ints pos_state, Ints pull_end, Ints pull_arc,
+                    Ints pull_src, ffi::ResultBuffer<D> total) {
   using T = ffi::NativeType<D>;
   return ForEachEntry<D>(
-      pool, weight, final_weight, pos_state, pull_end, pull_arc, pull_src, nullptr,
+      pool, weight, final_weight, &final_mask, pos_state, pull_end, pull_arc, pull_src, nullptr,
       [&](const Sizes& z, int64_t i, const Entry<T>& e) {
         Workspace space(LogStateBytes<T>(z));
         total->typed_data()[i] =
@@ -432,12 +473,13 @@ ffi::Error LogTotal(ffi::ThreadPool pool, Floats<D> weight, Floats<D> final_weig
 }
 
 template <ffi::DataType D>
-ffi::Error LogGrad(ffi::ThreadPool pool, Floats<D> weight, Floats<D> final_weight, Ints pos_state,
-                   Ints pull_end, Ints pull_arc, Ints pull_src, ffi::ResultBuffer<D> total,
-                   ffi::ResultBuffer<D> arc_grad, ffi::ResultBuffer<D> final_grad) {
+ffi::Error LogGrad(ffi::ThreadPool pool, Floats<D> weight, Floats<D> final_weight,
+                   Bools final_mask, Ints pos_state, Ints pull_end, Ints pull_arc, Ints pull_src,
+                   ffi::ResultBuffer<D> total, ffi::ResultBuffer<D> arc_grad,
+                   ffi::ResultBuffer<D> final_grad) {
   using T = ffi::NativeType<D>;
   return ForEachEntry<D>(
-      pool, weight, final_weight, pos_state, pull_end, pull_arc, pull_src, nullptr,
+      pool, weight, final_weight, &final_mask, pos_state, pull_end, pull_arc, pull_src, nullptr,
       [&](const Sizes& z, int64_t i, const Entry<T>& e) {
         Workspace space(LogStateBytes<T>(z) + Workspace::Bytes<double>(z.num_states));
         const LogState<T> st = TakeLogState<T>(z, &space);
@@ -465,11 +507,11 @@ inline TropicalState TakeTropicalState(const Sizes& z, Workspace* space) {
 
 template <ffi::DataType D>
 ffi::Error TropicalTotal(ffi::ThreadPool pool, Floats<D> weight, Floats<D> final_weight,
-                         Ints pos_state, Ints pull_end, Ints pull_arc, Ints pull_src,
-                         ffi::ResultBuffer<D> total) {
+                         Bools final_mask, Ints pos_state, Ints pull_end, Ints pull_arc,
+                         Ints pull_src, ffi::ResultBuffer<D> total) {
   using T = ffi::NativeType<D>;
   return ForEachEntry<D>(
-      pool, weight, final_weight, pos_state, pull_end, pull_arc, pull_src, nullptr,
+      pool, weight, final_weight, &final_mask, pos_state, pull_end, pull_arc, pull_src, nullptr,
       [&](const Sizes& z, int64_t i, const Entry<T>& e) {
         Workspace space(TropicalStateBytes(z));
         const TropicalState st = TakeTropicalState(z, &space);
@@ -480,18 +522,18 @@ ffi::Error TropicalTotal(ffi::ThreadPool pool, Floats<D> weight, Floats<D> final
 
 template <ffi::DataType D>
 ffi::Error TropicalGrad(ffi::ThreadPool pool, Floats<D> weight, Floats<D> final_weight,
-                        Ints pos_state, Ints pull_end, Ints pull_arc, Ints pull_src, Ints src,
-                        ffi::ResultBuffer<D> total, ffi::ResultBuffer<D> arc_grad,
-                        ffi::ResultBuffer<D> final_grad) {
+                        Bools final_mask, Ints pos_state, Ints pull_end, Ints pull_arc,
+                        Ints pull_src, Ints src, ffi::ResultBuffer<D> total,
+                        ffi::ResultBuffer<D> arc_grad, ffi::ResultBuffer<D> final_grad) {
   using T = ffi::NativeType<D>;
   return ForEachEntry<D>(
-      pool, weight, final_weight, pos_state, pull_end, pull_arc, pull_src, &src,
+      pool, weight, final_weight, &final_mask, pos_state, pull_end, pull_arc, pull_src, &src,
       [&](const Sizes& z, int64_t i, const Entry<T>& e) {
         Workspace space(TropicalStateBytes(z));
         const TropicalState st = TakeTropicalState(z, &space);
         const double value = TropicalForwardOne<T>(z, e, st.alpha, st.choice);
         total->typed_data()[i] = static_cast<T>(value);
-        TropicalBackwardOne<T>(z, e.final_weight, src.typed_data() + i * z.num_arcs, st.alpha,
+        TropicalBackwardOne<T>(z, e, src.typed_data() + i * z.num_arcs, st.alpha,
                                st.choice, value, arc_grad->typed_data() + i * z.num_arcs,
                                final_grad->typed_data() + i * z.num_states);
       });
@@ -805,7 +847,7 @@ ffi::Error KBest(ffi::ThreadPool pool, Floats<D> weight, Floats<D> final_weight,
   }
   std::atomic<int64_t> misfit{-1}, no_memory{-1};
   auto error = ForEachEntry<D>(
-      pool, weight, final_weight, pos_state, pull_end, pull_arc, pull_src, nullptr,
+      pool, weight, final_weight, nullptr, pos_state, pull_end, pull_arc, pull_src, nullptr,
       [&](const Sizes& z, int64_t i, const Entry<T>& e) {
         int32_t* end_state = ends->typed_data() + i * k;
         int32_t* path = paths->typed_data() + i * k * length;
@@ -970,7 +1012,7 @@ ffi::Error Entropy(ffi::ThreadPool pool, Floats<D> weight, Floats<D> final_weigh
                    ffi::ResultBuffer<D> final_grad) {
   using T = ffi::NativeType<D>;
   return ForEachEntry<D>(
-      pool, weight, final_weight, pos_state, pull_end, pull_arc, pull_src, nullptr,
+      pool, weight, final_weight, nullptr, pos_state, pull_end, pull_arc, pull_src, nullptr,
       [&](const Sizes& z, int64_t i, const Entry<T>& e) {
         Workspace space(EntropyStateBytes<T>(z));
         EntropyOne<T>(z, e, &space, value->typed_data() + i,
@@ -992,37 +1034,51 @@ auto Tables() {
       .template Arg<Ints>();      // pull_src [N, A]
 }
 
+// tot_score's: final_mask [N, S] after final_weight.
+template <ffi::DataType D>
+auto MaskedTables() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::ThreadPool>()
+      .Arg<Floats<D>>()  // weight [N, A]
+      .template Arg<Floats<D>>()  // final_weight [N, S]
+      .template Arg<Bools>()      // final_mask [N, S]
+      .template Arg<Ints>()       // pos_state [N, L, W]
+      .template Arg<Ints>()       // pull_end [N, L, W]
+      .template Arg<Ints>()       // pull_arc [N, A]
+      .template Arg<Ints>();      // pull_src [N, A]
+}
+
 }  // namespace
 
 // total [N]
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SjLogTotalF32, LogTotal<ffi::F32>,
-                              Tables<ffi::F32>().Ret<Floats<ffi::F32>>());
+                              MaskedTables<ffi::F32>().Ret<Floats<ffi::F32>>());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SjLogTotalF64, LogTotal<ffi::F64>,
-                              Tables<ffi::F64>().Ret<Floats<ffi::F64>>());
+                              MaskedTables<ffi::F64>().Ret<Floats<ffi::F64>>());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SjTropicalTotalF32, TropicalTotal<ffi::F32>,
-                              Tables<ffi::F32>().Ret<Floats<ffi::F32>>());
+                              MaskedTables<ffi::F32>().Ret<Floats<ffi::F32>>());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SjTropicalTotalF64, TropicalTotal<ffi::F64>,
-                              Tables<ffi::F64>().Ret<Floats<ffi::F64>>());
+                              MaskedTables<ffi::F64>().Ret<Floats<ffi::F64>>());
 // total [N], arc_grad [N, A], final_grad [N, S]
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SjLogGradF32, LogGrad<ffi::F32>,
-                              Tables<ffi::F32>()
+                              MaskedTables<ffi::F32>()
                                   .Ret<Floats<ffi::F32>>()
                                   .Ret<Floats<ffi::F32>>()
                                   .Ret<Floats<ffi::F32>>());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SjLogGradF64, LogGrad<ffi::F64>,
-                              Tables<ffi::F64>()
+                              MaskedTables<ffi::F64>()
                                   .Ret<Floats<ffi::F64>>()
                                   .Ret<Floats<ffi::F64>>()
                                   .Ret<Floats<ffi::F64>>());
 // src [N, A] after the tables
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SjTropicalGradF32, TropicalGrad<ffi::F32>,
-                              Tables<ffi::F32>()
+                              MaskedTables<ffi::F32>()
                                   .Arg<Ints>()
                                   .Ret<Floats<ffi::F32>>()
                                   .Ret<Floats<ffi::F32>>()
                                   .Ret<Floats<ffi::F32>>());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SjTropicalGradF64, TropicalGrad<ffi::F64>,
-                              Tables<ffi::F64>()
+                              MaskedTables<ffi::F64>()
                                   .Arg<Ints>()
                                   .Ret<Floats<ffi::F64>>()
                                   .Ret<Floats<ffi::F64>>()

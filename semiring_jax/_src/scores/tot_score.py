@@ -154,12 +154,51 @@ def _rule_gradients(
     return _total(semiring, schedule, alpha, final_weight), (on_path, stop)
 
 
+# tot_score's score op inputs: diff = (weight [A], final_weight [S]), aux =
+# (schedule, src [A], final_mask [S]); see `_score_inputs`.
+Diff = tuple[ArrayLeaf, ArrayLeaf]
+Aux = tuple[Schedule, ArrayLeaf, ArrayLeaf]
+
+
+def _score_inputs(fsa: Fsa, semiring: Semiring) -> tuple[Diff, Aux]:
+    """(diff, aux) of tot_score's score op for an unbatched `fsa`.
+
+    A float semiring's final weights go in as stored, with `final_mask` in
+    `aux`: every route reads them only where it holds (the kernels in C++,
+    the level scan by a select of its own), so that the kernel route's
+    program is the custom call alone, with no select on [S] around it
+    (XLA:CPU runs a program of under 1,000 estimated flops inline on the
+    calling thread, any other on a worker thread at every call). A
+    semiring with a `lift` gets them lifted (`final_weights`: already the
+    zero where the mask is False; the routes' select keeps them so).
+    """
+    aux = (fsa.schedule, fsa.src, fsa.final_mask)
+    if semiring.lift is not None or semiring.structured:
+        return _diff(fsa, semiring), aux
+    weight = jnp.asarray(fsa.weight)
+    return (weight, jnp.asarray(fsa.final_weight).astype(weight.dtype)), aux
+
+
+def _on_final(semiring: Semiring, final_weight: ArrayLeaf, final_mask: ArrayLeaf) -> Any:
+    """`final_weight` where `final_mask` holds, the semiring's zero elsewhere."""
+    return records.where(final_mask, final_weight, semiring.zero)
+
+
+def _scan_value(semiring: Semiring, diff: Diff, aux: Aux) -> jax.Array:
+    """The total [] by the portable scans (the level_scan route's value)."""
+    (weight, final_weight), (schedule, _, final_mask) = diff, aux
+    return scan_total(semiring, schedule, weight, _on_final(semiring, final_weight, final_mask))
+
+
 def _scan_value_and_grads(
-    semiring: Semiring, diff: tuple[ArrayLeaf, ArrayLeaf], aux: tuple[Schedule, ArrayLeaf]
+    semiring: Semiring, diff: Diff, aux: Aux
 ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     """(total [], (∂/∂weight [A], ∂/∂final_weight [S])) by the portable
-    scans; differentiable JAX (the kernels' reference)."""
-    (weight, final_weight), (schedule, _) = diff, aux
+    scans; differentiable JAX (the kernels' reference). The final weights
+    are read where `final_mask` holds; elsewhere their gradient is 0, NaN
+    total or not (the kernels' too)."""
+    (weight, final_weight), (schedule, _, final_mask) = diff, aux
+    final_weight = _on_final(semiring, final_weight, final_mask)
     if semiring.arithmetic == "log":
         total, arc_grad, final_grad = level_pairs.log_gradients(schedule, weight, final_weight)
         grads = (arc_grad, final_grad)
@@ -168,17 +207,23 @@ def _scan_value_and_grads(
         grads = (arc_grad, final_grad)
     else:
         total, grads = _rule_gradients(semiring, schedule, weight, final_weight)
-    return total, derivatives.undefined_to_nan(total, grads, inf_undefined=_inf_undefined(semiring))
+    arc_grad, final_grad = derivatives.undefined_to_nan(
+        total, grads, inf_undefined=_inf_undefined(semiring)
+    )
+    return total, (arc_grad, jnp.where(final_mask, final_grad, jnp.zeros_like(final_grad)))
 
 
 def _kernel_value_and_grad(
-    semiring: Semiring,
-    reference: derivatives.ValueAndGrad,
-    diff: tuple[ArrayLeaf, ArrayLeaf],
-    aux: tuple[Schedule, ArrayLeaf],
+    semiring: Semiring, reference: derivatives.ValueAndGrad, diff: Diff, aux: Aux
 ) -> tuple[jax.Array, Any]:
-    total, grads = score_ops.value_and_grads(semiring, reference, *aux, *diff)
-    return total, derivatives.undefined_to_nan(total, grads, inf_undefined=_inf_undefined(semiring))
+    # The kernels' gradients are already NaN where the total is NaN (and, in
+    # LOG, +inf), in every entry but the final gradient of a non-final state
+    # (0), and they read final weights only where final_mask holds: a select
+    # here (undefined_to_nan, or the mask's) would add [A]- or [S]-sized
+    # work to every program, and XLA:CPU runs a program of 1,000 or more
+    # estimated flops asynchronously (a thread handoff on every call)
+    # instead of inline.
+    return score_ops.value_and_grads(semiring, reference, *aux, *diff)
 
 
 @functools.cache
@@ -187,23 +232,21 @@ def _op(semiring: Semiring) -> derivatives.ScoreOp:
     (`route_table.TOT_SCORE`): the CPU kernel or the level scan."""
     reference = functools.partial(_scan_value_and_grads, semiring)
     values: dict[str, Callable[..., Any]] = {
-        "cpu_kernel": lambda diff, aux: score_ops.total(semiring, aux[0], *diff),
-        "level_scan": lambda diff, aux: scan_total(semiring, aux[0], *diff),
+        "cpu_kernel": lambda diff, aux: score_ops.total(semiring, aux[0], *diff, aux[2]),
+        "level_scan": functools.partial(_scan_value, semiring),
     }
     values_and_grads: dict[str, Callable[..., Any]] = {
         "cpu_kernel": functools.partial(_kernel_value_and_grad, semiring, reference),
         "level_scan": reference,
     }
 
-    def facts(diff: tuple[ArrayLeaf, ArrayLeaf]) -> dict[str, Any]:
+    def facts(diff: Diff) -> dict[str, Any]:
         return {"dtype": records.leaves_of(diff[0])[0].dtype, "arithmetic": semiring.arithmetic}
 
-    def value(diff: tuple[ArrayLeaf, ArrayLeaf], aux: tuple[Schedule, ArrayLeaf]) -> jax.Array:
+    def value(diff: Diff, aux: Aux) -> jax.Array:
         return routes.dispatch(route_table.TOT_SCORE, values, diff, aux, **facts(diff))
 
-    def value_and_grad(
-        diff: tuple[ArrayLeaf, ArrayLeaf], aux: tuple[Schedule, ArrayLeaf]
-    ) -> tuple[jax.Array, Any]:
+    def value_and_grad(diff: Diff, aux: Aux) -> tuple[jax.Array, Any]:
         return routes.dispatch(route_table.TOT_SCORE, values_and_grads, diff, aux, **facts(diff))
 
     return derivatives.ScoreOp(value, value_and_grad)
@@ -217,10 +260,9 @@ def _diff(fsa: Fsa, semiring: Semiring) -> tuple[Any, Any]:
 
 
 def _tot_score_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
-    diff = _diff(fsa, semiring)
     if not _has_rules(semiring):  # plain autodiff through the recursion
-        return scan_total(semiring, fsa.schedule, *diff)
-    return derivatives.score(_op(semiring), diff, (fsa.schedule, fsa.src))
+        return scan_total(semiring, fsa.schedule, *_diff(fsa, semiring))
+    return derivatives.score(_op(semiring), *_score_inputs(fsa, semiring))
 
 
 def tot_score(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
@@ -325,7 +367,7 @@ def backward_scores(fsa: Fsa, semiring: Semiring = LOG) -> jax.Array:
 def _posteriors_one(fsa: Fsa, semiring: Semiring) -> jax.Array:
     if not _has_rules(semiring):
         return jax.grad(lambda w: _tot_score_one(fsa.replace(weight=w), semiring))(fsa.weight)
-    _, (arc_grad, _) = _op(semiring).value_and_grad(_diff(fsa, semiring), (fsa.schedule, fsa.src))
+    _, (arc_grad, _) = _op(semiring).value_and_grad(*_score_inputs(fsa, semiring))
     return arc_grad
 
 

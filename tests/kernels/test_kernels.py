@@ -53,9 +53,8 @@ def scores_and_gradients(fsa, semiring):
 @jax.jit
 def scan_reference(fsa, semiring):
     """What the public ops compute with the kernels off (unbatched Fsa)."""
-    diff = (fsa.weight, tot_score_module.final_weights(fsa, semiring))
     total, (weight_grad, final_grad) = tot_score_module._scan_value_and_grads(
-        semiring, diff, (fsa.schedule, fsa.src)
+        semiring, *tot_score_module._score_inputs(fsa, semiring)
     )
     return total, weight_grad, final_grad, weight_grad
 
@@ -381,7 +380,7 @@ def test_the_kernels_check_their_tables():
     if not loader.enabled():
         pytest.skip("no kernels")
     fsa = sj.Fsa.from_arcs([(0, 1, 1, 0.5), (1, 2, 1, 0.5)], final=[2])
-    bad = dataclasses_replace_schedule(fsa, pull_src=np.array([0, 7], np.int32))
+    bad = dataclasses_replace_schedule(fsa, src=np.array([0, 7], np.int32))
     with pytest.raises(Exception, match="index outside the Fsa's 3 states and 2 arcs"):
         jax.block_until_ready(score_ops.total(sj.LOG, bad, fsa.weight, fsa.final_weight))
 
@@ -394,7 +393,7 @@ def test_the_kbest_kernel_checks_the_level_order():
     if not loader.enabled():
         pytest.skip("no kernels")
     fsa = sj.Fsa.from_arcs([(0, 1, 1, 0.5), (1, 2, 1, 0.5)], final=[2])
-    bad = dataclasses_replace_schedule(fsa, pull_src=np.array([2, 1], np.int32))
+    bad = dataclasses_replace_schedule(fsa, src=np.array([2, 1], np.int32))
     with pytest.raises(Exception, match="not in level order"):
         jax.block_until_ready(score_ops.kbest(bad, fsa.weight, fsa.final_weight, 2))
 
@@ -408,15 +407,20 @@ def test_the_kernels_take_typed_buffers():
     tables = [schedule.levels.pos_state, schedule.pull.end, schedule.pull.arc, schedule.pull.src]
     call = jax.ffi.ffi_call("semiring_jax_log_total_f32", jax.ShapeDtypeStruct((), jnp.float32))
     weight, final = jnp.asarray(fsa.weight), jnp.asarray(fsa.final_weight)
-    assert float(call(weight, final, *(jnp.asarray(t, jnp.int32) for t in tables))) == 0.5
+    final_mask = jnp.asarray(fsa.final_mask)
+    ints = [jnp.asarray(t, jnp.int32) for t in tables]
+    assert float(call(weight, final, final_mask, *ints)) == 0.5
     with pytest.raises(Exception, match=r"(?i)type"):
-        jax.block_until_ready(call(weight, final, *(jnp.asarray(t, jnp.int64) for t in tables)))
+        longs = [jnp.asarray(t, jnp.int64) for t in tables]
+        jax.block_until_ready(call(weight, final, final_mask, *longs))
 
 
-def dataclasses_replace_schedule(fsa, **tables):
+def dataclasses_replace_schedule(fsa, **pull):
+    """fsa's schedule with some of its pull tables replaced."""
     import dataclasses
 
-    return dataclasses.replace(fsa.schedule, **tables)
+    schedule = fsa.schedule
+    return dataclasses.replace(schedule, pull=schedule.pull._replace(**pull))
 
 
 def test_the_kernel_sources_compile_without_warnings():

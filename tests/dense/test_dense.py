@@ -727,3 +727,19 @@ def test_common_dense_shape_keeps_a_stars_fan_in_from_other_entries():
         best, _ = _best_arcs_through_tables(tables, entry[0], entry[1].size, values, "out")
         want = [values[entry[1] == s].max(initial=-np.inf) for s in range(entry[0])]
         np.testing.assert_array_equal(best, want)
+
+
+@pytest.mark.parametrize(
+    "route, name",
+    [(r, n) for r in ("cpu_kernel", "frame_scan") for n in ("LOG", "TROPICAL")]
+    + [("arc_scan", "LOG")],  # the arc scan serves LOG only
+)
+def test_a_graph_without_arcs_scores_on_every_route(route, name):
+    # Every platform's branch is lowered with the program, so an empty arc
+    # table must trace on the portable routes too (a max over zero arcs).
+    graph = sj.Fsa.from_arcs([], final=[0], num_states=1)
+    emissions = jnp.zeros((2, 3, 4), jnp.float32)
+    lengths = jnp.asarray([0, 3])
+    with sj.routes.force({"dense_tot_score": route}):
+        total = sj.dense_tot_score(graph, emissions, lengths, getattr(sj, name))
+    np.testing.assert_array_equal(total, [0.0, -np.inf])

@@ -3,10 +3,10 @@ portable frame scan, on random general graphs.
 
 On the CPU `dense_tot_score`, `viterbi_decode`, `dense_occupancy` and
 `mmi_loss` run the kernel; on GPUs and TPUs the scans (docs/routes.md),
-whose reference is the frame scan of `dense/frame_scan.py`. Both must give the same totals and gradients (LOG
-posteriors, the TROPICAL best path), the same -inf, NaN and zeros, and the
-same second derivatives. The brute-force tests of `tests/dense` check the
-path this machine runs.
+whose reference is the frame scan of `dense/frame_scan.py`. Both must give
+the same totals and gradients (LOG posteriors, the TROPICAL best path), the
+same -inf, NaN and zeros, and the same second derivatives. The brute-force
+tests of `tests/dense` check the path this machine runs.
 """
 
 import functools

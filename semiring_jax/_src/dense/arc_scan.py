@@ -166,7 +166,7 @@ def _prepare(diff: dense_ops.Diff, arcs: dense_ops.Arcs, leaky: bool) -> _Graph:
     num_frames, num_columns = emissions.shape[1:]
     real = arcs.column >= 0
     log_weight = jnp.where(real, weight, -jnp.inf)
-    top_weight = jax.lax.stop_gradient(jnp.max(log_weight, axis=-1))
+    top_weight = jax.lax.stop_gradient(jnp.max(log_weight, axis=-1, initial=-jnp.inf))
     top_weight = jnp.where(jnp.isneginf(top_weight), 0.0, top_weight)
     usable = jax.lax.stop_gradient(log_weight != -jnp.inf)  # NaN counts: it must show
     num_states = final_weight.shape[-1]

@@ -68,23 +68,31 @@ def _check_schedule_shapes(fsa: Fsa, fn: str) -> None:
     """A schedule built for another Fsa (`dataclasses.replace(fsa,
     schedule=...)`) would index past this one's arrays."""
     schedule = fsa.schedule
-    per_arc = ("pull_arc", "pull_src", "arc_src_pos", "arc_dst_pos", "arc_grad_index")
-    expected = {name: fsa.num_arcs for name in per_arc}
-    expected["state_pos"] = fsa.num_states
-    for name, size in expected.items():
-        shape = schedule.arrays()[name].shape
+    levels, pull = schedule.levels, schedule.pull
+    # Read by attribute, not through `schedule.arrays()`: this runs on every
+    # eager call, and building that dict cost more than the checks.
+    expected = (
+        ("pull_arc", pull.arc, fsa.num_arcs, "arcs"),
+        ("pull_src", pull.src, fsa.num_arcs, "arcs"),
+        ("arc_src_pos", levels.arc_src_pos, fsa.num_arcs, "arcs"),
+        ("arc_dst_pos", levels.arc_dst_pos, fsa.num_arcs, "arcs"),
+        ("arc_grad_index", levels.arc_grad_index, fsa.num_arcs, "arcs"),
+        ("state_pos", levels.state_pos, fsa.num_states, "states"),
+    )
+    for name, table, size, what in expected:
+        shape = table.shape
         if shape[-1:] != (size,):
             raise ValueError(
                 f"{fn}: the schedule's {name} has shape {tuple(shape)} but the Fsa has "
-                f"{size} {'arcs' if name in per_arc else 'states'} (a schedule of another Fsa?)"
+                f"{size} {what} (a schedule of another Fsa?)"
             )
-    levels, width = schedule.levels.pos_state.shape[-2:]
-    if levels and not width:
-        raise ValueError(f"{fn}: the schedule has {levels} levels of width 0")
-    if schedule.pull.end.shape != schedule.levels.pos_state.shape:
+    num_levels, width = levels.pos_state.shape[-2:]
+    if num_levels and not width:
+        raise ValueError(f"{fn}: the schedule has {num_levels} levels of width 0")
+    if pull.end.shape != levels.pos_state.shape:
         raise ValueError(
-            f"{fn}: the schedule's pull_end {tuple(schedule.pull.end.shape)} and pos_state "
-            f"{tuple(schedule.levels.pos_state.shape)} differ in shape (a schedule of another Fsa?)"
+            f"{fn}: the schedule's pull_end {tuple(pull.end.shape)} and pos_state "
+            f"{tuple(levels.pos_state.shape)} differ in shape (a schedule of another Fsa?)"
         )
 
 
@@ -232,7 +240,7 @@ def _op(semiring: Semiring) -> derivatives.ScoreOp:
     (`route_table.TOT_SCORE`): the CPU kernel or the level scan."""
     reference = functools.partial(_scan_value_and_grads, semiring)
     values: dict[str, Callable[..., Any]] = {
-        "cpu_kernel": lambda diff, aux: score_ops.total(semiring, aux[0], *diff, aux[2]),
+        "cpu_kernel": lambda diff, aux: score_ops.total(semiring, aux[0], diff[0], diff[1], aux[2]),
         "level_scan": functools.partial(_scan_value, semiring),
     }
     values_and_grads: dict[str, Callable[..., Any]] = {

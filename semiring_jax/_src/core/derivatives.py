@@ -30,6 +30,8 @@ import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
+from semiring_jax._src.core.sharding import varying_like
+
 __all__ = [
     "KernelOp",
     "ScoreOp",
@@ -100,7 +102,9 @@ def contract(value: jax.Array, grad: Any, tangent: Any) -> jax.Array:
         jax.tree_util.tree_map(term, tangent, grad, is_leaf=lambda x: _is_zero(x) or x is None)
     )
     total: jax.Array = functools.reduce(jnp.add, terms, jnp.zeros_like(value))
-    return total
+    # A tangent must be as varying as its primal inside `jax.shard_map`,
+    # though the terms (of replicated inputs, or none) may be less so.
+    return varying_like(total, value)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -137,7 +141,9 @@ def _kernel_jvp(op: KernelOp, primals: tuple[Any, Any], tangents: tuple[Any, Any
     diff, aux = primals
     out = op.kernel(diff, aux)
     _, out_tangent = jax.jvp(lambda d: op.reference(d, aux), (diff,), (tangents[0],))
-    return out, out_tangent
+    # Inside `jax.shard_map` each tangent must vary as its output does (the
+    # kernel's outputs vary per device; the reference's may be typed less).
+    return out, jax.tree.map(varying_like, out_tangent, out)
 
 
 def undefined_to_nan(value: jax.Array, grad: Any, *, inf_undefined: bool) -> Any:

@@ -25,9 +25,9 @@ Route names say where the code lives:
 
 from __future__ import annotations
 
-from semiring_jax._src.core.routes import KERNEL_DTYPES, Op, Route
+from semiring_jax._src.core.routes import KERNEL_DTYPES, Op, Route, register
 
-__all__ = ["RECORDS", "record"]
+__all__ = ["RECORDS"]
 
 _LOG_OR_TROPICAL = ("log", "tropical")
 
@@ -100,10 +100,4 @@ RECORDS: dict[Op, tuple[str, ...]] = {
     NBEST: ("nbest",),
 }
 
-
-def record(name: str) -> Op:
-    """The record of op `name` (a ValueError listing them if there is none)."""
-    for op in RECORDS:
-        if op.name == name:
-            return op
-    raise ValueError(f"no op named {name!r} has routes; those that do: {[o.name for o in RECORDS]}")
+register(*RECORDS)

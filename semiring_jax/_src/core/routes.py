@@ -42,6 +42,8 @@ __all__ = [
     "forced",
     "kernels_available",
     "on_host",
+    "record",
+    "register",
 ]
 
 # The platforms a route may name; "rocm" runs what "cuda" runs.
@@ -120,6 +122,24 @@ class Op(NamedTuple):
         return tuple(route.name for route in self.routes)
 
 
+# The records by op name, as `core/route_table.py` registers them (it
+# imports this module, so they cannot be imported here).
+_RECORDS: dict[str, Op] = {}
+
+
+def register(*ops: Op) -> None:
+    """Makes `ops` known by name to `record` and `force`."""
+    for op in ops:
+        _RECORDS[op.name] = op
+
+
+def record(name: str) -> Op:
+    """The record of op `name` (a ValueError listing them if there is none)."""
+    if name not in _RECORDS:
+        raise ValueError(f"no op named {name!r} has routes; those that do: {list(_RECORDS)}")
+    return _RECORDS[name]
+
+
 _FORCED: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
     "semiring_jax_forced_routes", default=None
 )
@@ -152,15 +172,13 @@ def force(routes: str | Mapping[str, str]) -> Iterator[None]:
       >>> with sj.routes.force("portable"):
       ...     loss = sj.ctc_loss(log_probs, [3], [[1]], [1])
       >>> print(round(float(loss[0]), 4))
-      0.9808
+      0.2877
     """
-    from semiring_jax._src.core import route_table  # the records import this module
-
     pins = {"*": PORTABLE} if routes == PORTABLE else dict(routes)  # type: ignore[arg-type]
     for op_name, route_name in pins.items():
         if op_name == "*":
             continue
-        route_table.record(op_name).route(route_name)  # a ValueError naming both if unknown
+        record(op_name).route(route_name)  # a ValueError naming both if unknown
     token = _FORCED.set(pins)
     jax.clear_caches()
     try:

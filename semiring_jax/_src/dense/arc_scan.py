@@ -155,9 +155,10 @@ def _distances(
         return state[1] & (state[2] < limit)
 
     start_dist = jnp.where(start, 0, never).astype(jnp.int32)
-    dist, _, _ = jax.lax.while_loop(
-        more, grow, (start_dist, jnp.array(True), jnp.array(0, jnp.int32))
-    )
+    # Inside shard_map the body meets per-device `usable`: the carry starts
+    # as varying as it (the step count stays replicated).
+    initial = varying_like((start_dist, jnp.array(True)), usable, start)
+    dist, _, _ = jax.lax.while_loop(more, grow, (*initial, jnp.array(0, jnp.int32)))
     return dist
 
 

@@ -53,10 +53,10 @@ class Conversions:
         @property
         def batch_shape(self) -> tuple[int, ...]: ...
 
-    @classmethod
-    def _from_arrays(cls: type[Fsa], arrays: build.ArcArrays) -> Fsa:
-        """The Fsa of validated host arrays (`Fsa` builds it)."""
-        raise NotImplementedError
+        @classmethod
+        def _from_arrays(cls: type[Fsa], arrays: build.ArcArrays) -> Fsa:
+            """The Fsa of validated host arrays (`Fsa` builds it)."""
+            ...
 
     @classmethod
     def from_openfst(

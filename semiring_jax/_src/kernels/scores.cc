@@ -25,8 +25,9 @@
 // Scores are kept in double for either input dtype: float32 inputs then
 // lose nothing to the depth of the Fsa (a 100,000-level chain's scores
 // reach 2e5, where a float's spacing is 0.016), and float64 ones keep
-// their precision (exp and log are libm's for them; float32 inputs use
-// the float SIMD exp on O(1) arguments).
+// their precision (exp and log are libm's for them; float32 inputs take
+// exp and log in float, always of O(1) arguments: a share relative to its
+// shift, a state's sum of shares, so alpha itself stays exact to double).
 //
 // LOG:      alpha[s] = logsumexp(one(s), alpha[src a] + w[a] for a into s)
 //   forward keeps local[j] = exp(alpha[src] + w - m_s) for the j-th arc in
@@ -144,26 +145,42 @@ inline bool Below(int64_t i, int64_t size) {
 
 // Whether the entry's tables index only within its sizes: pull_end rises
 // within [0, A], every pulled arc and source exists, states are < S or the
-// S of an empty position. Checked once per entry (a read of each table),
-// so the recursions below can trust them.
+// S of an empty position. Checked once per entry, so the recursions below
+// can trust them. Every call reads every table once here, so the loops are
+// free of branches (each ORs its elements' faults into one word) and the
+// compiler vectorises them: with a branch per element this check cost as
+// much as a TROPICAL forward pass.
 template <typename T>
 bool TablesFit(const Sizes& z, const Entry<T>& e) {
   const int64_t positions = z.levels * z.width;
-  int64_t previous = 0;
-  for (int64_t p = 0; p < positions; ++p) {
-    const int64_t end = e.pull_end[p];
-    if (end < previous || end > z.num_arcs) return false;
-    if (end > previous && !Below(e.pos_state[p], z.num_states)) return false;
-    if (!Below(e.pos_state[p], z.num_states + 1)) return false;
-    previous = end;
+  // The indices are int32, so any size past 2^32 - 1 bounds none of them.
+  const uint32_t A = static_cast<uint32_t>(std::min<int64_t>(z.num_arcs, UINT32_MAX));
+  const uint32_t S = static_cast<uint32_t>(std::min<int64_t>(z.num_states, UINT32_MAX - 1));
+  if (positions == 0) {
+    uint32_t bad = 0;
+    for (int64_t j = 0; j < z.num_arcs; ++j) bad |= static_cast<uint32_t>(e.pull_arc[j]) >= A;
+    return bad == 0;
   }
-  for (int64_t j = 0; j < previous; ++j) {
-    if (!Below(e.pull_arc[j], z.num_arcs) || !Below(e.pull_src[j], z.num_states)) return false;
+  // pull_end[-1] is 0: the first position starts the pull order.
+  uint32_t bad = (static_cast<uint32_t>(e.pull_end[0]) > A) |
+                 (static_cast<uint32_t>(e.pos_state[0]) > S) |
+                 ((e.pull_end[0] > 0) & (static_cast<uint32_t>(e.pos_state[0]) == S));
+  for (int64_t p = 1; p < positions; ++p) {
+    const int32_t begin = e.pull_end[p - 1], end = e.pull_end[p];
+    const uint32_t state = static_cast<uint32_t>(e.pos_state[p]);
+    bad |= (end < begin) | (static_cast<uint32_t>(end) > A) | (state > S) |
+           ((end > begin) & (state == S));
   }
-  for (int64_t j = previous; j < z.num_arcs; ++j) {
-    if (!Below(e.pull_arc[j], z.num_arcs)) return false;
+  if (bad != 0) return false;
+  const int64_t real_end = e.pull_end[positions - 1];
+  for (int64_t j = 0; j < real_end; ++j) {
+    bad |= (static_cast<uint32_t>(e.pull_arc[j]) >= A) |
+           (static_cast<uint32_t>(e.pull_src[j]) >= S);
   }
-  return true;
+  for (int64_t j = real_end; j < z.num_arcs; ++j) {
+    bad |= static_cast<uint32_t>(e.pull_arc[j]) >= A;
+  }
+  return bad == 0;
 }
 
 // A state whose best term is this far below its level's best is shifted by
@@ -178,7 +195,8 @@ struct LogState {
   double* norm;   // [S], 1 / each state's sum of terms
   double* shift;  // [S], what its terms were shifted by: alpha = shift + log(1 / norm)
   T* local;       // [A] in pull order: exp(term - shift)
-  double* term;   // [A] in pull order: alpha[src] + weight
+  double* term;   // [A] alpha[src] + weight in pull order; only the current
+                  // level's, from its first arc, unless kept (ForEntropy)
   double* best;   // [W], each position's best term in the current level
 };
 
@@ -200,23 +218,52 @@ LogState<T> TakeLogState(const Sizes& z, Workspace* space) {
   return st;
 }
 
-// local[j] = exp(term[j] - shift) for j in [begin, end): four lanes at a
-// time for float32 inputs.
-inline void ExpShifted(int64_t begin, int64_t end, double shift, const double* term,
-                       float* local) {
-  int64_t j = begin;
-  for (; j + 4 <= end; j += 4) {
+// local[j] = exp(term[j] - shift) for j < n: four lanes at a time for
+// float32 inputs.
+inline void ExpShifted(int64_t n, double shift, const double* term, float* local) {
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
     Doubles4 d;
     std::memcpy(&d, term + j, sizeof(d));
     const Floats4 e = FastExp4(__builtin_convertvector(d - shift, Floats4));
     std::memcpy(local + j, &e, sizeof(e));
   }
-  for (; j < end; ++j) local[j] = FastExp(static_cast<float>(term[j] - shift));
+  for (; j < n; ++j) local[j] = FastExp(static_cast<float>(term[j] - shift));
 }
 
-inline void ExpShifted(int64_t begin, int64_t end, double shift, const double* term,
-                       double* local) {
-  for (int64_t j = begin; j < end; ++j) local[j] = std::exp(term[j] - shift);
+inline void ExpShifted(int64_t n, double shift, const double* term, double* local) {
+  for (int64_t j = 0; j < n; ++j) local[j] = std::exp(term[j] - shift);
+}
+
+// Whether no arc weight is NaN or +inf (padding's included), read in one
+// branch-free pass. Then alpha is never NaN or +inf either, a plain sum is
+// the semiring's Times (only -inf absorbs, and -inf + finite is -inf), and
+// the recursions skip their per-arc NaN tracking.
+template <typename T>
+bool WeightsPlain(const Sizes& z, const Entry<T>& e) {
+  uint32_t bad = 0;
+  for (int64_t a = 0; a < z.num_arcs; ++a) bad |= !(e.weight[a] < kPosInf<T>);
+  return bad == 0;
+}
+
+// alpha ⊗ w in a forward pass: a plain sum where WeightsPlain holds.
+template <bool kPlain>
+inline double TimesIn(double alpha, double w) {
+  return kPlain ? alpha + w : Times(alpha, w);
+}
+
+// exp and log of a double at the input type's precision: alpha stays in
+// double for either, but a float32 input's shares and posteriors need no
+// more than a float's precision, and libm's double exp and log per state
+// cost as much as the rest of a pass.
+template <typename T>
+inline double ExpAt(double x) {
+  return static_cast<double>(ExpOf(static_cast<T>(x)));
+}
+
+template <typename T>
+inline double LogAt(double x) {
+  return static_cast<double>(std::log(static_cast<T>(x)));
 }
 
 // One entry's LOG forward pass; returns the total score, NaN when a real
@@ -224,8 +271,8 @@ inline void ExpShifted(int64_t begin, int64_t end, double shift, const double* t
 // gather every incoming term alpha[src] + weight (pull order), exponentiate
 // the level's terms in one long loop shifted by the level's maximum finite
 // term, then sum per state.
-template <typename T>
-double LogForwardOne(const Sizes& z, const Entry<T>& e, const LogState<T>& st) {
+template <bool kPlain, bool kKeep, typename T>
+double LogForward(const Sizes& z, const Entry<T>& e, const LogState<T>& st) {
   const int64_t S = z.num_states, W = z.width;
   for (int64_t s = 0; s < S; ++s) {
     st.alpha[s] = s == 0 ? 0.0 : kNegInf<double>;
@@ -235,6 +282,11 @@ double LogForwardOne(const Sizes& z, const Entry<T>& e, const LogState<T>& st) {
   bool nan = false;
   for (int64_t level = 0; level < z.levels; ++level) {
     const int64_t first_p = level * W;
+    const int64_t level_begin = PullBegin(e.pull_end, first_p);
+    // Unless kept, term is indexed from the level's first arc, so that it
+    // stays in cache.
+    const int64_t t0 = kKeep ? 0 : level_begin;
+    const int64_t level_end = e.pull_end[first_p + W - 1];
     double level_best = kNegInf<double>;
     for (int64_t p = first_p; p < first_p + W; ++p) {
       const int64_t begin = PullBegin(e.pull_end, p), end = e.pull_end[p];
@@ -243,18 +295,17 @@ double LogForwardOne(const Sizes& z, const Entry<T>& e, const LogState<T>& st) {
       double best = st.alpha[s];  // the empty prefix (start) or zero
       for (int64_t j = begin; j < end; ++j) {
         const T w = e.weight[e.pull_arc[j]];
-        nan |= w != w;
-        const double x = Times(st.alpha[e.pull_src[j]], static_cast<double>(w));
-        st.term[j] = x;
+        if (!kPlain) nan |= w != w;
+        const double x = TimesIn<kPlain>(st.alpha[e.pull_src[j]], static_cast<double>(w));
+        st.term[j - t0] = x;
         best = std::max(best, x);
       }
       st.best[p - first_p] = best;
       if (best < kPosInf<double>) level_best = std::max(level_best, best);
     }
-    const int64_t level_begin = PullBegin(e.pull_end, first_p);
-    const int64_t level_end = e.pull_end[first_p + W - 1];
     if (level_best > kNegInf<double>) {
-      ExpShifted(level_begin, level_end, level_best, st.term, st.local);
+      ExpShifted(level_end - level_begin, level_best, st.term + (level_begin - t0),
+                 st.local + level_begin);
     }
     for (int64_t p = first_p; p < first_p + W; ++p) {
       const int64_t begin = PullBegin(e.pull_end, p), end = e.pull_end[p];
@@ -271,13 +322,13 @@ double LogForwardOne(const Sizes& z, const Entry<T>& e, const LogState<T>& st) {
       double shift = level_best;
       if (best - level_best < kOwnShiftBelow) {
         shift = best;
-        ExpShifted(begin, end, shift, st.term, st.local);
+        ExpShifted(end - begin, shift, st.term + (begin - t0), st.local + begin);
       }
       double sum = s == 0 ? static_cast<double>(ExpOf(static_cast<T>(st.alpha[s] - shift))) : 0.0;
       for (int64_t j = begin; j < end; ++j) sum += static_cast<double>(st.local[j]);
       st.norm[s] = 1.0 / sum;
       st.shift[s] = shift;
-      st.alpha[s] = shift + std::log(sum);
+      st.alpha[s] = shift + (kKeep ? std::log(sum) : LogAt<T>(sum));
     }
   }
   // ⊕ over the states of alpha ⊗ final.
@@ -291,9 +342,25 @@ double LogForwardOne(const Sizes& z, const Entry<T>& e, const LogState<T>& st) {
   if (!(best > kNegInf<double>) || !(best < kPosInf<double>)) return best;
   double sum = 0;
   for (int64_t s = 0; s < S; ++s) {
-    sum += std::exp(Times(st.alpha[s], static_cast<double>(FinalAt(e, s))) - best);
+    const double end = Times(st.alpha[s], static_cast<double>(FinalAt(e, s))) - best;
+    sum += kKeep ? std::exp(end) : ExpAt<T>(end);
   }
   return best + std::log(sum);
+}
+
+template <typename T>
+double LogForwardOne(const Sizes& z, const Entry<T>& e, const LogState<T>& st) {
+  return WeightsPlain(z, e) ? LogForward<true, false>(z, e, st)
+                            : LogForward<false, false>(z, e, st);
+}
+
+// LogForwardOne for the entropy, which reads every term afterwards and
+// forms O(1) differences of score-sized values: it keeps all of term, and
+// takes exp and log in double for either input type.
+template <typename T>
+double LogForwardForEntropy(const Sizes& z, const Entry<T>& e, const LogState<T>& st) {
+  return WeightsPlain(z, e) ? LogForward<true, true>(z, e, st)
+                            : LogForward<false, true>(z, e, st);
 }
 
 // One entry's LOG gradients: d total / d weight [A] and d total / d final [S].
@@ -317,7 +384,7 @@ void LogBackwardOne(const Sizes& z, const Entry<T>& e, const LogState<T>& st, do
   }
   double* gamma = space->Take<double>(S);  // the posterior of passing through each state
   for (int64_t s = 0; s < S; ++s) {
-    gamma[s] = std::exp(Times(st.alpha[s], static_cast<double>(FinalAt(e, s))) - total);
+    gamma[s] = ExpAt<T>(Times(st.alpha[s], static_cast<double>(FinalAt(e, s))) - total);
     final_grad[s] = static_cast<T>(std::min(gamma[s], 1.0));
   }
   // Zeros first: padding arcs, and any arc that pull_arc fails to list.
@@ -336,8 +403,8 @@ void LogBackwardOne(const Sizes& z, const Entry<T>& e, const LogState<T>& st, do
 
 // One entry's TROPICAL forward pass: alpha, each state's chosen arc, the
 // total (NaN as in LogForwardOne).
-template <typename T>
-double TropicalForwardOne(const Sizes& z, const Entry<T>& e, double* alpha, int32_t* choice) {
+template <bool kPlain, typename T>
+double TropicalForward(const Sizes& z, const Entry<T>& e, double* alpha, int32_t* choice) {
   const int64_t S = z.num_states;
   for (int64_t s = 0; s < S; ++s) {
     alpha[s] = s == 0 ? 0.0 : kNegInf<double>;
@@ -353,8 +420,10 @@ double TropicalForwardOne(const Sizes& z, const Entry<T>& e, double* alpha, int3
     for (int64_t j = begin; j < end; ++j) {
       const int32_t a = e.pull_arc[j];
       const T w = e.weight[a];
-      nan |= w != w;
-      const double x = Times(alpha[e.pull_src[j]], static_cast<double>(w));
+      if (!kPlain) nan |= w != w;
+      // A plain sum even where a weight is +inf: where Times gives -inf
+      // (the zero absorbing +inf) the sum is NaN, and neither is > best.
+      const double x = alpha[e.pull_src[j]] + static_cast<double>(w);
       if (x > best) {
         best = x;
         chosen = a;
@@ -370,6 +439,12 @@ double TropicalForwardOne(const Sizes& z, const Entry<T>& e, double* alpha, int3
     best = std::max(best, Times(alpha[s], static_cast<double>(f)));
   }
   return nan ? kNaN<double> : best;
+}
+
+template <typename T>
+double TropicalForwardOne(const Sizes& z, const Entry<T>& e, double* alpha, int32_t* choice) {
+  return WeightsPlain(z, e) ? TropicalForward<true>(z, e, alpha, choice)
+                            : TropicalForward<false>(z, e, alpha, choice);
 }
 
 // One entry's best path: the indicator of its arcs and of its final state,
@@ -894,7 +969,7 @@ ffi::Error KBest(ffi::ThreadPool pool, Floats<D> weight, Floats<D> final_weight,
 
 // -- ENTROPY: the entropy of the LOG path distribution and its gradient -------
 //
-// After LogForwardOne (alpha, and each term's share pi_j = local[j] *
+// After LogForwardForEntropy (alpha, and each term's share pi_j = local[j] *
 // norm[s] of its state's mass), a second forward pass carries h[s], the
 // entropy of the prefixes into s, by the mixture rule
 //   h[s] = Σ pi_j (h[src] - log pi_j),   -log pi_j = (shift[s] - t_j) + log sum[s],
@@ -930,7 +1005,7 @@ void EntropyOne(const Sizes& z, const Entry<T>& e, Workspace* space, T* value, T
   double* surprise = space->Take<double>(S);  // -log share[s], where share[s] > 0
   double* gamma = space->Take<double>(S);
   double* suffix = space->Take<double>(S);  // Σ over what leaves s: posterior (hb - log posterior)
-  const double total = LogForwardOne<T>(z, e, st);
+  const double total = LogForwardForEntropy<T>(z, e, st);
   if (total != total || total == kPosInf<double>) {
     *value = kNaN<T>;
     std::fill(arc_grad, arc_grad + A, kNaN<T>);

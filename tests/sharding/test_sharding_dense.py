@@ -71,9 +71,6 @@ def check_dense_shared_graph(rng):
             args,
             diff=(0,),
             auto_mesh_collectives=CONDITION,
-            # The arc scan's second derivative is NaN on some columns of this
-            # graph (tests/dense/test_dense.py, a strict expected failure).
-            portable=op is not sj.dense_occupancy,
         )
 
 
@@ -130,7 +127,6 @@ def check_dense_batched_graph(rng):
             (emissions, graphs.weight, graphs, lengths),
             diff=(0, 1),
             auto_mesh_collectives=CONDITION,
-            portable=op is not sj.dense_occupancy,  # as in check_dense_shared_graph
         )
 
 

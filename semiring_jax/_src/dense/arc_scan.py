@@ -128,6 +128,24 @@ def _softmax(logs: jax.Array) -> jax.Array:
     return weights / jnp.where(total > 0, total, 1.0)
 
 
+def _occupancy_per_sum(
+    alpha: jax.Array, new: jax.Array, sums: jax.Array, most: jax.Array
+) -> jax.Array:
+    """softmax(alpha + new) / sums per state [B, S], 0 where a sum is 0, from
+    new = log(sums / most): exp(alpha) / (most · Σ exp(alpha + new)), which
+    holds no sum. Dividing by the sums would put 1 / sums² in the second
+    derivative, which overflows where a sum is tiny (1e-20 in float32: a
+    state the start has not reached yet) and meets its occupancy of 0 as
+    0 · inf = NaN."""
+    shifted, top = _shifted(alpha + new)
+    found = jnp.isfinite(top)[:, None]
+    log_norm = _safe_log(jnp.sum(jnp.exp(jnp.where(found, shifted, -jnp.inf)), axis=-1))
+    safe_top = jnp.where(jnp.isfinite(top), top, 0.0)
+    log_scale = safe_top + log_norm + _safe_log(most)
+    used = found & (sums > 0)
+    return jnp.exp(jnp.where(used, alpha - jnp.where(used, log_scale[:, None], 0.0), -jnp.inf))
+
+
 def _log_sum(logs: jax.Array) -> jax.Array:
     """log Σ exp per row [B]; -inf for an empty row."""
     shifted, top = _shifted(logs)
@@ -345,8 +363,7 @@ def _backward(
         new = _safe_log(new_linear)
         # posterior = occupancy(src) * terms / sums[src]: one gather of a
         # per-state ratio (sums >= tiny where occupied, or recomputed).
-        occupancy = _softmax(alpha + new)
-        ratio = jnp.where(sums > 0, occupancy / jnp.where(sums > 0, sums, 1.0), 0.0)
+        ratio = _occupancy_per_sum(alpha, new, sums, most)
         posterior = terms * _gather(ratio, g.src)
 
         def exact() -> tuple[jax.Array, jax.Array, jax.Array]:

@@ -54,8 +54,9 @@ PORTABLE = object()
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def run_in_subprocess(module: str) -> None:
-    """Runs `python -m module` with 4 host devices; fails with its report."""
+def run_in_subprocess(module: str, *checks: str) -> None:
+    """Runs `python -m module` with 4 host devices (only the named `checks`,
+    where given); fails with its report."""
     env = {
         **os.environ,
         "XLA_FLAGS": f"--xla_force_host_platform_device_count={NUM_DEVICES}",
@@ -63,7 +64,7 @@ def run_in_subprocess(module: str) -> None:
         "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
     }
     run = subprocess.run(
-        [sys.executable, "-m", module],
+        [sys.executable, "-m", module, *checks],
         env=env,
         cwd=ROOT,
         capture_output=True,

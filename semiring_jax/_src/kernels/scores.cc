@@ -25,9 +25,8 @@
 // Scores are kept in double for either input dtype: float32 inputs then
 // lose nothing to the depth of the Fsa (a 100,000-level chain's scores
 // reach 2e5, where a float's spacing is 0.016), and float64 ones keep
-// their precision (exp and log are libm's for them; float32 inputs take
-// exp and log in float, always of O(1) arguments: a share relative to its
-// shift, a state's sum of shares, so alpha itself stays exact to double).
+// their precision (exp and log are libm's for them; float32 inputs use
+// the float SIMD exp on O(1) arguments).
 //
 // LOG:      alpha[s] = logsumexp(one(s), alpha[src a] + w[a] for a into s)
 //   forward keeps local[j] = exp(alpha[src] + w - m_s) for the j-th arc in
@@ -252,19 +251,10 @@ inline double TimesIn(double alpha, double w) {
   return kPlain ? alpha + w : Times(alpha, w);
 }
 
-// exp and log of a double at the input type's precision: alpha stays in
-// double for either, but a float32 input's shares and posteriors need no
-// more than a float's precision, and libm's double exp and log per state
-// cost as much as the rest of a pass.
-template <typename T>
-inline double ExpAt(double x) {
-  return static_cast<double>(ExpOf(static_cast<T>(x)));
-}
-
-template <typename T>
-inline double LogAt(double x) {
-  return static_cast<double>(std::log(static_cast<T>(x)));
-}
+// exp(x) of x <= 0 in double, without libm's call where x is -inf (a
+// state that is not final): most states of a graph, and the call would cost
+// as much as a pass over the arcs.
+inline double ExpOfEnd(double x) { return x > kNegInf<double> ? std::exp(x) : 0.0; }
 
 // One entry's LOG forward pass; returns the total score, NaN when a real
 // arc's weight or a final weight is NaN. A level at a time:
@@ -328,7 +318,7 @@ double LogForward(const Sizes& z, const Entry<T>& e, const LogState<T>& st) {
       for (int64_t j = begin; j < end; ++j) sum += static_cast<double>(st.local[j]);
       st.norm[s] = 1.0 / sum;
       st.shift[s] = shift;
-      st.alpha[s] = shift + (kKeep ? std::log(sum) : LogAt<T>(sum));
+      st.alpha[s] = shift + std::log(sum);
     }
   }
   // ⊕ over the states of alpha ⊗ final.
@@ -342,8 +332,7 @@ double LogForward(const Sizes& z, const Entry<T>& e, const LogState<T>& st) {
   if (!(best > kNegInf<double>) || !(best < kPosInf<double>)) return best;
   double sum = 0;
   for (int64_t s = 0; s < S; ++s) {
-    const double end = Times(st.alpha[s], static_cast<double>(FinalAt(e, s))) - best;
-    sum += kKeep ? std::exp(end) : ExpAt<T>(end);
+    sum += ExpOfEnd(Times(st.alpha[s], static_cast<double>(FinalAt(e, s))) - best);
   }
   return best + std::log(sum);
 }
@@ -354,9 +343,8 @@ double LogForwardOne(const Sizes& z, const Entry<T>& e, const LogState<T>& st) {
                             : LogForward<false, false>(z, e, st);
 }
 
-// LogForwardOne for the entropy, which reads every term afterwards and
-// forms O(1) differences of score-sized values: it keeps all of term, and
-// takes exp and log in double for either input type.
+// LogForwardOne for the entropy, which reads every term afterwards (to form
+// O(1) differences of score-sized values): it keeps all of term.
 template <typename T>
 double LogForwardForEntropy(const Sizes& z, const Entry<T>& e, const LogState<T>& st) {
   return WeightsPlain(z, e) ? LogForward<true, true>(z, e, st)
@@ -384,7 +372,7 @@ void LogBackwardOne(const Sizes& z, const Entry<T>& e, const LogState<T>& st, do
   }
   double* gamma = space->Take<double>(S);  // the posterior of passing through each state
   for (int64_t s = 0; s < S; ++s) {
-    gamma[s] = ExpAt<T>(Times(st.alpha[s], static_cast<double>(FinalAt(e, s))) - total);
+    gamma[s] = ExpOfEnd(Times(st.alpha[s], static_cast<double>(FinalAt(e, s))) - total);
     final_grad[s] = static_cast<T>(std::min(gamma[s], 1.0));
   }
   // Zeros first: padding arcs, and any arc that pull_arc fails to list.

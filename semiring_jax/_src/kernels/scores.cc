@@ -155,15 +155,12 @@ bool TablesFit(const Sizes& z, const Entry<T>& e) {
   // The indices are int32, so any size past 2^32 - 1 bounds none of them.
   const uint32_t A = static_cast<uint32_t>(std::min<int64_t>(z.num_arcs, UINT32_MAX));
   const uint32_t S = static_cast<uint32_t>(std::min<int64_t>(z.num_states, UINT32_MAX - 1));
-  if (positions == 0) {
-    uint32_t bad = 0;
-    for (int64_t j = 0; j < z.num_arcs; ++j) bad |= static_cast<uint32_t>(e.pull_arc[j]) >= A;
-    return bad == 0;
-  }
   // pull_end[-1] is 0: the first position starts the pull order.
-  uint32_t bad = (static_cast<uint32_t>(e.pull_end[0]) > A) |
-                 (static_cast<uint32_t>(e.pos_state[0]) > S) |
-                 ((e.pull_end[0] > 0) & (static_cast<uint32_t>(e.pos_state[0]) == S));
+  uint32_t bad = 0;
+  if (positions > 0) {
+    bad = (static_cast<uint32_t>(e.pull_end[0]) > A) | (static_cast<uint32_t>(e.pos_state[0]) > S) |
+          ((e.pull_end[0] > 0) & (static_cast<uint32_t>(e.pos_state[0]) == S));
+  }
   for (int64_t p = 1; p < positions; ++p) {
     const int32_t begin = e.pull_end[p - 1], end = e.pull_end[p];
     const uint32_t state = static_cast<uint32_t>(e.pos_state[p]);
@@ -171,7 +168,9 @@ bool TablesFit(const Sizes& z, const Entry<T>& e) {
            ((end > begin) & (state == S));
   }
   if (bad != 0) return false;
-  const int64_t real_end = e.pull_end[positions - 1];
+  // Pulls past the last position's end are padding: their arcs must exist,
+  // their sources are never read.
+  const int64_t real_end = positions > 0 ? e.pull_end[positions - 1] : 0;
   for (int64_t j = 0; j < real_end; ++j) {
     bad |= (static_cast<uint32_t>(e.pull_arc[j]) >= A) |
            (static_cast<uint32_t>(e.pull_src[j]) >= S);

@@ -1,8 +1,8 @@
 """The portable arc scan (`_src/dense/arc_scan.py`) against the frame scan.
 
 The arc scan is what `dense_tot_score` (LOG) and `mmi_loss` run off the
-CPU kernel: linear space per frame, a log-space step where a reachable
-state's sum underflows, and the compensated frame scan for inputs that read
+CPU kernel: linear space per frame, the batch again in logs where a
+state of positive mass underflows, and the compensated frame scan for inputs that read
 +inf or magnitudes beyond 2^20. Each test compares totals and all three
 gradients with the frame scan's autodiff (`dense._scan_value_and_grads`),
 itself checked against brute force in `test_dense.py`.
@@ -162,6 +162,33 @@ def test_an_underflowing_only_path_is_recomputed_in_logs(dtype):
     assert np.all(np.isfinite(value)) and np.all(value < -depth / 2)
     # The one path: each frame's column posterior is 1.
     np.testing.assert_allclose(grads[2].sum(-1)[0], np.ones(6), rtol=1e-5)
+
+
+def _lost(graph, emissions, lengths):
+    """Whether the linear-space scans, forward and backward, flag a loss."""
+    diff, arcs = dense.kernel_inputs(graph, emissions)
+    arcs, lengths, frames = arc_scan._inputs(diff, (arcs, lengths, graph))
+    g = arc_scan._prepare(diff, arcs, leaky=False)
+    tiny = arc_scan._TINY[emissions.dtype]
+    _, _, alphas, lost = arc_scan._forward(g, frames, lengths, tiny, keep=True, exact=False)
+    wanted = (True, True)
+    *_, lost_back = arc_scan._backward(g, frames, lengths, diff[1], alphas, tiny, wanted, False)
+    return bool(lost), bool(lost_back)
+
+
+def test_only_states_with_mass_count_as_lost():
+    # A 3-cycle: at each frame one state has mass; the others, though
+    # reachable within that many arcs, have none, and are not lost.
+    cycle = sj.Fsa.from_arcs([(0, 1, 0, 0.0), (1, 2, 1, -0.5), (2, 0, 2, 0.25)], [0, 2])
+    emissions = jnp.asarray(np.random.default_rng(3).normal(size=(2, 7, V)), jnp.float32)
+    lengths = jnp.array([7, 5], jnp.int32)
+    assert _lost(cycle, emissions, lengths) == (False, False)
+    # The valley's only path takes an arc 200 below the best one: lost
+    # going forward and going back.
+    assert _lost(_valley("float32", 200.0), emissions, lengths) == (True, True)
+    # A final weight 200 below another: lost at the backward scan's start.
+    finals = sj.Fsa.from_arcs([(0, 1, 0, 0.0), (0, 2, 1, 0.0)], {1: 0.0, 2: -200.0})
+    assert _lost(finals, emissions[:, :1], jnp.array([1, 1], jnp.int32)) == (False, True)
 
 
 @pytest.mark.parametrize("case", ["mask", "dead", "nan", "inf", "huge", "no path"])

@@ -17,16 +17,26 @@ writes each arc's posterior as occupancy(src) × (its share of b_t[src]):
 both O(1) numbers, so float32 loses nothing to the scale of the totals.
 
 Linear space underflows where a state's sum falls below `_TINY` (1e-25 in
-float32) though the state is reachable. A frame where that happens,
-anywhere in the batch, is computed exactly in logs instead (a `lax.cond`;
-the states that cannot be reached yet, by the graph's distances from the
-start or to a final state, are not counted). Inputs that read +inf or a
-magnitude beyond 2^20 are handed to the caller's `reference`, the
-compensated scan (`_needs_reference`): linear scales cannot keep O(1)
-differences next to such numbers.
+float32) though the exact step gives it mass (an arc into it from a state
+of mass, with a weight and an emission that are not -inf: each such term
+is raised to at least the smallest normal number, `_with_marks`, so that
+these are the states whose sums are positive). The scan only notes that it
+happened; if it did, at any frame anywhere in the batch, one `lax.cond`
+after the scan computes the batch again with every frame exactly in logs
+(`exact=True`). Deciding once, after the scan, keeps conditionals out of
+the loop body (on a GPU each one costs a host round-trip per frame), and
+counting only the states that have mass at this very frame (not those
+reachable in at most so many frames, as the distances of earlier
+versions did) keeps the second scan for inputs that do underflow: on the
+random 500-state graph of benchmarks/bench_dense.py no frame does, where
+the distances flagged 30 of its 1,000 frame steps.
+
+Inputs that read +inf or a magnitude beyond 2^20 are handed to the
+caller's `reference`, a frame scan (`_needs_reference`): linear scales
+cannot keep O(1) differences next to such numbers.
 
 Under `jax.vmap` over more axes the `lax.cond`s become selects, so both
-branches run: correct, at the cost of the log-space step. The conds'
+branches run: correct, at the cost of the log-space scan. The conds'
 predicates are reductions over the batch: on a batch sharded over an
 auto-axis mesh XLA all-reduces those booleans over the devices, and on an
 explicit-axis mesh (or inside `jax.shard_map`) each device decides for its
@@ -66,8 +76,7 @@ class _Graph(NamedTuple):
     weight: jax.Array  # [B, A]: exp(log_weight - top_weight)
     top_weight: jax.Array  # [B]
     leak: jax.Array | None  # [G, S] (epsilon times the initial probabilities)
-    dist: jax.Array  # int32 [B, S]: frames from the start, T + 1 if never
-    codist: jax.Array  # int32 [B, S]: frames to a final state, T + 1 if never
+    num_states: int
 
 
 def _gather(values: jax.Array, index: jax.Array) -> jax.Array:
@@ -152,67 +161,22 @@ def _log_sum(logs: jax.Array) -> jax.Array:
     return jnp.where(jnp.isfinite(top), top, 0.0) + _safe_log(jnp.sum(jnp.exp(shifted), axis=-1))
 
 
-def _distances(
-    start: jax.Array, frm: jax.Array, to: jax.Array, usable: jax.Array, limit: int
-) -> jax.Array:
-    """int32 [B, S]: the fewest usable arcs from a `start` state [B, S] to
-    each state, following arcs frm -> to [G, A]; limit + 1 where more than
-    `limit` (or none) are needed."""
-    never = limit + 1
-    count = start.shape[-1]
-
-    def grow(
-        state: tuple[jax.Array, jax.Array, jax.Array],
-    ) -> tuple[jax.Array, jax.Array, jax.Array]:
-        dist, _, steps = state
-        reach = jnp.where(usable, _gather(dist, frm) + 1, never)
-        new = jnp.minimum(dist, _segment(jax.ops.segment_min, reach, to, count))
-        return jnp.minimum(new, never), jnp.any(new != dist), steps + 1
-
-    def more(state: tuple[jax.Array, jax.Array, jax.Array]) -> jax.Array:
-        return state[1] & (state[2] < limit)
-
-    start_dist = jnp.where(start, 0, never).astype(jnp.int32)
-    # Inside shard_map the body meets per-device `usable`: the carry starts
-    # as varying as it (the step count stays replicated).
-    initial = varying_like((start_dist, jnp.array(True)), usable, start)
-    dist, _, _ = jax.lax.while_loop(more, grow, (*initial, jnp.array(0, jnp.int32)))
-    return dist
-
-
 def _prepare(diff: dense_ops.Diff, arcs: dense_ops.Arcs, leaky: bool) -> _Graph:
     weight, final_weight, emissions = diff
-    num_frames, num_columns = emissions.shape[1:]
+    num_columns = emissions.shape[-1]
     real = arcs.column >= 0
     log_weight = jnp.where(real, weight, -jnp.inf)
     top_weight = jax.lax.stop_gradient(jnp.max(log_weight, axis=-1, initial=-jnp.inf))
     top_weight = jnp.where(jnp.isneginf(top_weight), 0.0, top_weight)
-    usable = jax.lax.stop_gradient(log_weight != -jnp.inf)  # NaN counts: it must show
-    num_states = final_weight.shape[-1]
-    start = jnp.zeros(final_weight.shape, bool).at[:, 0].set(True)
-    ends = jax.lax.stop_gradient(final_weight != -jnp.inf)
-    leak = arcs.leak if leaky else None
-    if leak is not None:
-        start = start | (leak > 0)
-        # The leak reaches every state back from any state that reaches a
-        # final one: count every state as one that may reach a final.
-        ends = ends | jnp.any(leak > 0, axis=-1, keepdims=True)
     return _Graph(
         src=arcs.src,
         dst=arcs.dst,
         column=jnp.where(real, arcs.column, num_columns),
         log_weight=log_weight,
-        weight=jnp.exp(log_weight - top_weight[:, None]),
+        weight=_floored_exp(log_weight - top_weight[:, None]),
         top_weight=top_weight,
-        leak=leak,
-        dist=_distances(start, arcs.src, arcs.dst, usable, num_frames),
-        codist=_distances(
-            jnp.broadcast_to(ends, (weight.shape[0], num_states)),
-            arcs.dst,
-            arcs.src,
-            usable,
-            num_frames,
-        ),
+        leak=arcs.leak if leaky else None,
+        num_states=final_weight.shape[-1],
     )
 
 
@@ -221,7 +185,7 @@ class _Frames(NamedTuple):
 
     logs: jax.Array  # [T, B, V + 1]: -inf on unread columns and the padding column V
     top: jax.Array  # [T, B]: the largest read entry (0 where none is finite)
-    linear: jax.Array  # [T, B, V + 1]: exp(logs - top)
+    linear: jax.Array  # [T, B, V + 1]: exp(logs - top), floored (`_floored_exp`)
 
 
 def _frames(emissions: jax.Array, lengths: jax.Array, column: jax.Array) -> _Frames:
@@ -239,7 +203,7 @@ def _frames(emissions: jax.Array, lengths: jax.Array, column: jax.Array) -> _Fra
     top = jnp.where(jnp.isneginf(top), 0.0, top)
     # Computed once here rather than in each step, where XLA would fuse
     # the exp into the per-arc gather.
-    return _Frames(logs, top, jnp.exp(logs - top[..., None]))
+    return _Frames(logs, top, _floored_exp(logs - top[..., None]))
 
 
 def _leak_linear(values: jax.Array, leak: jax.Array | None) -> jax.Array:
@@ -271,42 +235,70 @@ def _leak_log_transposed(logs: jax.Array, leak: jax.Array | None) -> jax.Array:
     return _log_add(logs, _log_sum(logs + _safe_log(leak))[:, None])
 
 
-def _underflows(sums: jax.Array, reachable: jax.Array, active: jax.Array, tiny: float) -> jax.Array:
-    """Whether any active entry has a reachable state whose sum [B, S] is
-    below `tiny`: linear space may have lost it."""
-    return jnp.any(active[:, None] & reachable & (sums < tiny))
+def _floored_exp(logs: jax.Array) -> jax.Array:
+    """exp(logs) of logs <= 0, at least the smallest normal number where
+    logs > -inf (and NaN at NaN): so that a factor of a term is 0 only
+    where its log is -inf. Raising an exp that underflowed to the smallest
+    normal moves a sum of at least `_TINY` by at most 1e-13 of itself in
+    float32; a smaller sum is recomputed in logs anyway."""
+    floor = jnp.finfo(logs.dtype).tiny
+    return jnp.where(logs == -jnp.inf, 0.0, jnp.maximum(jnp.exp(logs), floor))
+
+
+def _with_marks(terms: jax.Array, *factors: jax.Array) -> jax.Array:
+    """terms [B, A] (products of `factors`), each at least the smallest
+    normal number where no factor is 0 (NaN stays NaN): the segment sums
+    of the result are positive exactly at the states the exact step gives
+    mass, though a product underflow to 0. (By induction over frames: a
+    state of mass is positive in linear space until the scan flags a
+    loss, and the weights' and emissions' factors are floored.)"""
+    least = functools.reduce(jnp.minimum, factors)
+    return jnp.maximum(terms, jnp.where(least > 0, jnp.finfo(terms.dtype).tiny, 0.0))
+
+
+def _underflows(sums: jax.Array, active: jax.Array, tiny: float) -> jax.Array:
+    """Whether any active entry has a state of mass (a positive sum [B, S],
+    `_with_marks`) whose sum is below `tiny`: linear space may have lost
+    it."""
+    return jnp.any(active[:, None] & (sums > 0) & (sums < tiny))
+
+
+def _lost_at_start(logs: jax.Array, active: jax.Array, tiny: float) -> jax.Array:
+    """Whether a scan that starts from exp(logs [B, S]) (shifted: the
+    largest is 0) starts with a state of mass below `tiny`."""
+    return _underflows(_floored_exp(logs), active, tiny)
 
 
 def _forward(
-    g: _Graph, frames: _Frames, lengths: jax.Array, tiny: float, keep: bool
-) -> tuple[jax.Array, jax.Array, jax.Array | None]:
-    """(the normalised log a_L [B, S], the summed log scales [B], and with
-    `keep` every normalised log a_t [T, B, S])."""
-    batch, num_states = g.dist.shape
+    g: _Graph, frames: _Frames, lengths: jax.Array, tiny: float, keep: bool, exact: bool
+) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array]:
+    """(the normalised log a_L [B, S], the summed log scales [B], with
+    `keep` every normalised log a_t [T, B, S], and whether linear space
+    lost a reachable state at some frame). `exact`: every frame in logs
+    (nothing is lost)."""
+    batch, num_states = g.weight.shape[0], g.num_states
     start = jnp.zeros((batch, num_states), g.weight.dtype).at[:, 0].set(1.0)
     alpha, scale = _normalised_log(_leak_linear(start, g.leak))
     zero = jnp.zeros_like(scale)
 
     def step(carry: Any, inputs: tuple[jax.Array, ...]) -> tuple[Any, jax.Array | None]:
-        # alpha: logs, for the exact step; linear: their exp, for the fast one.
-        alpha, linear, (hi, lo) = carry
+        # alpha: logs (the exact step reads them); linear: their exp.
+        alpha, linear, (hi, lo), lost = carry
         t, frame, top, emission = inputs
         active = t < lengths
-        terms = _gather(linear, g.src) * g.weight * _gather(emission, g.column)
-        sums = _leak_linear(_segment(jax.ops.segment_sum, terms, g.dst, num_states), g.leak)
-        most = jax.lax.stop_gradient(jnp.max(sums, axis=-1))
-        new_linear = sums / jnp.where(most > 0, most, 1.0)[:, None]
-        increment = _safe_log(most) + top + g.top_weight
-
-        def exact() -> tuple[jax.Array, jax.Array, jax.Array]:
+        if exact:
             terms = _gather(alpha, g.src) + g.log_weight + _gather(frame, g.column)
             new, increment = _shifted(_leak_log(_segment_log_sum(terms, g.dst, num_states), g.leak))
-            return new, jnp.exp(new), increment
-
-        lost = _underflows(sums, g.dist <= t + 1, active, tiny)
-        new, new_linear, increment = jax.lax.cond(
-            lost, exact, lambda: (_safe_log(new_linear), new_linear, increment)
-        )
+            new_linear = linear
+        else:
+            factors = (_gather(linear, g.src), g.weight, _gather(emission, g.column))
+            terms = _with_marks(factors[0] * factors[1] * factors[2], *factors)
+            sums = _leak_linear(_segment(jax.ops.segment_sum, terms, g.dst, num_states), g.leak)
+            most = jax.lax.stop_gradient(jnp.max(sums, axis=-1))
+            new_linear = sums / jnp.where(most > 0, most, 1.0)[:, None]
+            new = _safe_log(new_linear)
+            increment = _safe_log(most) + top + g.top_weight
+            lost = lost | _underflows(sums, active, tiny)
         hi_new, lo_new = compensated.add(hi, lo, increment)
         keep_old = lambda new, old: jnp.where(
             active.reshape((-1,) + (1,) * (old.ndim - 1)), new, old
@@ -315,16 +307,18 @@ def _forward(
             keep_old(new, alpha),
             keep_old(new_linear, linear),
             (keep_old(hi_new, hi), keep_old(lo_new, lo)),
+            lost,
         )
         return carry, alpha if keep else None
 
     steps = (jnp.arange(frames.logs.shape[0], dtype=jnp.int32), *frames[:3])
-    init = (alpha, jnp.exp(alpha), compensated.add(zero, zero, scale))
+    lost = _lost_at_start(alpha, lengths > 0, tiny)
+    init = (alpha, jnp.exp(alpha), compensated.add(zero, zero, scale), lost)
     # Inside jax.shard_map the start is a constant that meets per-device
     # scores in the body: it starts as varying as they are.
     init = varying_like(init, steps, g.weight)
-    (alpha, _, (hi, lo)), kept = jax.lax.scan(step, init, steps)
-    return alpha, hi + lo, kept
+    (alpha, _, (hi, lo), lost), kept = jax.lax.scan(step, init, steps)
+    return alpha, hi + lo, kept, lost
 
 
 def _total(alpha: jax.Array, scale: jax.Array, final_weight: jax.Array) -> jax.Array:
@@ -339,44 +333,46 @@ def _backward(
     alphas: jax.Array,
     tiny: float,
     wanted: tuple[bool, bool],
-) -> tuple[jax.Array | None, jax.Array | None]:
+    exact: bool,
+) -> tuple[jax.Array | None, jax.Array | None, jax.Array]:
     """(arc posteriors summed over frames [B, A], column posteriors
-    [B, T, V]) from the kept log a_t [T, B, S]; each only if `wanted`
-    (None otherwise)."""
+    [B, T, V], whether linear space lost a state that reaches a final one)
+    from the kept log a_t [T, B, S]; each posterior only if `wanted` (None
+    otherwise). `exact`: every frame in logs."""
     want_arcs, want_columns = wanted
-    num_states = g.dist.shape[1]
+    num_states = g.num_states
     num_columns = frames.logs.shape[-1] - 1
     beta, _ = _shifted(final_weight)
 
     def step(carry: Any, inputs: tuple[jax.Array, ...]) -> tuple[Any, jax.Array | None]:
-        # beta: logs of b_{t+1}, for the exact step; linear: their exp.
-        beta, linear, arc_sum = carry
+        # beta: logs of b_{t+1} (the exact step reads them); linear: their exp.
+        beta, linear, arc_sum, lost = carry
         t, frame, _, emission, alpha = inputs
         active = t < lengths
-        after = linear  # b_{t+1} through the leak transposed: b + (leak · b) 1
-        if g.leak is not None:
-            after = linear + jnp.sum(g.leak * linear, axis=-1, keepdims=True)
-        terms = g.weight * _gather(emission, g.column) * _gather(after, g.dst)
-        sums = _segment(jax.ops.segment_sum, terms, g.src, num_states)
-        most = jax.lax.stop_gradient(jnp.max(sums, axis=-1))
-        new_linear = sums / jnp.where(most > 0, most, 1.0)[:, None]
-        new = _safe_log(new_linear)
-        # posterior = occupancy(src) * terms / sums[src]: one gather of a
-        # per-state ratio (sums >= tiny where occupied, or recomputed).
-        ratio = _occupancy_per_sum(alpha, new, sums, most)
-        posterior = terms * _gather(ratio, g.src)
-
-        def exact() -> tuple[jax.Array, jax.Array, jax.Array]:
+        if exact:
             terms = g.log_weight + _gather(frame, g.column)
             terms = terms + _gather(_leak_log_transposed(beta, g.leak), g.dst)
-            sums = _segment_log_sum(terms, g.src, num_states)
-            at_src = _gather(sums, g.src)
+            log_sums = _segment_log_sum(terms, g.src, num_states)
+            at_src = _gather(log_sums, g.src)
             share = jnp.exp(terms - jnp.where(jnp.isfinite(at_src), at_src, 0.0))
-            new, _ = _shifted(sums)
-            return new, jnp.exp(new), _gather(_softmax(alpha + new), g.src) * share
-
-        lost = _underflows(sums, g.codist <= (lengths - t)[:, None], active, tiny)
-        new, new_linear, posterior = jax.lax.cond(lost, exact, lambda: (new, new_linear, posterior))
+            new, _ = _shifted(log_sums)
+            new_linear = linear
+            posterior = _gather(_softmax(alpha + new), g.src) * share
+        else:
+            after = linear  # b_{t+1} through the leak transposed: b + (leak · b) 1
+            if g.leak is not None:
+                after = linear + jnp.sum(g.leak * linear, axis=-1, keepdims=True)
+            factors = (g.weight, _gather(emission, g.column), _gather(after, g.dst))
+            # The marks move the posteriors as little as the sums.
+            terms = _with_marks(factors[0] * factors[1] * factors[2], *factors)
+            sums = _segment(jax.ops.segment_sum, terms, g.src, num_states)
+            most = jax.lax.stop_gradient(jnp.max(sums, axis=-1))
+            new_linear = sums / jnp.where(most > 0, most, 1.0)[:, None]
+            new = _safe_log(new_linear)
+            # posterior = occupancy(src) * terms / sums[src]: one gather of a
+            # per-state ratio (sums >= tiny where occupied, or recomputed).
+            posterior = terms * _gather(_occupancy_per_sum(alpha, new, sums, most), g.src)
+            lost = lost | _underflows(sums, active, tiny)
         posterior = jnp.where(active[:, None], posterior, 0.0)
         columns = None
         if want_columns:
@@ -386,14 +382,16 @@ def _backward(
             jnp.where(active[:, None], new, beta),
             jnp.where(active[:, None], new_linear, linear),
             arc_sum + posterior if want_arcs else None,
+            lost,
         )
         return carry, columns
 
     steps = (jnp.arange(frames.logs.shape[0], dtype=jnp.int32), *frames[:3], alphas)
     arc_sum = jnp.zeros(g.weight.shape, g.weight.dtype) if want_arcs else None
-    init = varying_like((beta, jnp.exp(beta), arc_sum), steps, g.weight)
-    (_, _, arc_sum), columns = jax.lax.scan(step, init, steps, reverse=True)
-    return arc_sum, None if columns is None else jnp.moveaxis(columns, 0, 1)
+    lost = _lost_at_start(beta, lengths > 0, tiny)
+    init = varying_like((beta, jnp.exp(beta), arc_sum, lost), steps, g.weight)
+    (_, _, arc_sum, lost), columns = jax.lax.scan(step, init, steps, reverse=True)
+    return arc_sum, None if columns is None else jnp.moveaxis(columns, 0, 1), lost
 
 
 def _needs_reference(diff: dense_ops.Diff, arcs: dense_ops.Arcs, frames: _Frames) -> jax.Array:
@@ -424,8 +422,17 @@ def _value(
 ) -> jax.Array:
     _, final_weight, emissions = diff
     g = _prepare(diff, arcs, leaky)
-    alpha, scale, _ = _forward(g, frames, lengths, _TINY[emissions.dtype], keep=False)
-    return _total(alpha, scale, final_weight)
+
+    def run(exact: bool) -> tuple[jax.Array, jax.Array]:
+        alpha, scale, _, lost = _forward(
+            g, frames, lengths, _TINY[emissions.dtype], keep=False, exact=exact
+        )
+        return _total(alpha, scale, final_weight), lost
+
+    total, lost = run(exact=False)
+    # Decided once, after the scan: a cond inside it would cost a GPU a
+    # host round-trip per frame.
+    return jax.lax.cond(lost, lambda: run(exact=True)[0], lambda: total)
 
 
 def _value_and_grads(
@@ -439,14 +446,19 @@ def _value_and_grads(
     _, final_weight, emissions = diff
     tiny = _TINY[emissions.dtype]
     g = _prepare(diff, arcs, leaky)
-    alpha, scale, alphas = _forward(g, frames, lengths, tiny, keep=True)
-    assert alphas is not None
-    total = _total(alpha, scale, final_weight)
-    arc_grad, emission_grad = _backward(
-        g, frames, lengths, final_weight, alphas, tiny, (wanted[0], wanted[2])
-    )
-    final_grad = _softmax(alpha + final_weight) if wanted[1] else None
-    grads = (arc_grad, final_grad, emission_grad)
+
+    def run(exact: bool) -> tuple[tuple[jax.Array, tuple[jax.Array | None, ...]], jax.Array]:
+        alpha, scale, alphas, lost = _forward(g, frames, lengths, tiny, keep=True, exact=exact)
+        assert alphas is not None
+        total = _total(alpha, scale, final_weight)
+        arc_grad, emission_grad, lost_back = _backward(
+            g, frames, lengths, final_weight, alphas, tiny, (wanted[0], wanted[2]), exact
+        )
+        final_grad = _softmax(alpha + final_weight) if wanted[1] else None
+        return (total, (arc_grad, final_grad, emission_grad)), lost | lost_back
+
+    fast, lost = run(exact=False)
+    total, grads = jax.lax.cond(lost, lambda: run(exact=True)[0], lambda: fast)
     return total, derivatives.undefined_to_nan(total, grads, inf_undefined=True)
 
 

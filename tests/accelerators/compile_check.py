@@ -30,6 +30,7 @@ does.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import pathlib
@@ -39,9 +40,30 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from hlo_loops import Launches
+
 HERE = pathlib.Path(__file__).resolve().parent
 H100_SPEC = HERE / "h100_sxm.txtpb"
 TARGETS = ("tpu", "h100")
+OPS = [
+    "ctc_loss",
+    "rnnt_loss",
+    "tot_score",
+    "dense_tot_score",
+    "mmi_loss",
+    "tot_score_tropical",
+    "arc_posteriors",
+    "entropy",
+    "kbest_scores",
+    "dense_occupancy",
+    "rnnt_loss_simple",
+    "rnnt_loss_smoothed",
+    "rnnt_loss_pruned",
+    "viterbi_decode",
+    "forced_align",
+    "rnnt_align",
+    "edit_distance",
+]
 B = 2  # utterances
 
 
@@ -58,8 +80,9 @@ def _topology_device(target: str) -> Any:
     return topology.devices[0]
 
 
-def _cases() -> dict[str, tuple[Callable[..., Any], tuple[Any, ...], tuple[int, ...]]]:
-    """op -> (loss, example arguments, argnums to differentiate)."""
+def _cases() -> dict[str, tuple[Callable[..., Any], tuple[Any, ...], tuple[int, ...] | None]]:
+    """op -> (function, example arguments, argnums to differentiate; None:
+    the value only)."""
     import jax
     import numpy as np
 
@@ -103,7 +126,36 @@ def _cases() -> dict[str, tuple[Callable[..., Any], tuple[Any, ...], tuple[int, 
     def mmi(num, den, log_probs, lengths):
         return sj.mmi_loss(num, den, log_probs, lengths).sum()
 
+    def posteriors(fsa, weight):
+        return sj.arc_posteriors(fsa.replace(weight=weight)).sum()
+
+    def tropical(fsa, weight):
+        return sj.tot_score(fsa.replace(weight=weight), sj.TROPICAL)
+
+    def entropy(fsa, weight):
+        return sj.entropy(fsa.replace(weight=weight))
+
+    def kbest(fsa, weight):
+        return sj.kbest_scores(fsa.replace(weight=weight), 2).sum()
+
+    def occupancy(graph, weight, emissions, lengths):
+        return sj.dense_occupancy(graph.replace(weight=weight), emissions, lengths).sum()
+
+    am, lm = normal(B, 8, 5), normal(B, 4, 5)
+    ranges = np.asarray(sj.rnnt_prune_ranges(am, lm, lengths, labels, label_lengths, 2))
+
+    def simple(am, lm, frame_lengths, labels, label_lengths):
+        return sj.rnnt_loss_simple(am, lm, frame_lengths, labels, label_lengths).sum()
+
+    def smoothed(am, lm, frame_lengths, labels, label_lengths):
+        return sj.rnnt_loss_smoothed(am, lm, frame_lengths, labels, label_lengths).sum()
+
+    def pruned(logits, frame_lengths, labels, label_lengths, ranges):
+        return sj.rnnt_loss_pruned(logits, frame_lengths, labels, label_lengths, ranges).sum()
+
+    transducer = (lengths, labels, label_lengths)
     log_softmax = lambda x: np.asarray(jax.nn.log_softmax(x, axis=-1))
+    emissions = log_softmax(normal(B, 8, 2))
     return {
         "ctc_loss": (ctc, (log_softmax(normal(B, 8, 5)), lengths, labels, label_lengths), (0,)),
         "rnnt_loss": (rnnt, (normal(B, 8, 4, 5), lengths, labels, label_lengths), (0,)),
@@ -114,6 +166,23 @@ def _cases() -> dict[str, tuple[Callable[..., Any], tuple[Any, ...], tuple[int, 
             (1, 2),
         ),
         "mmi_loss": (mmi, (num, den, log_softmax(normal(B, 8, 2)), lengths), (2,)),
+        "tot_score_tropical": (tropical, (acyclic, acyclic.weight), (1,)),
+        "arc_posteriors": (posteriors, (acyclic, acyclic.weight), (1,)),
+        "entropy": (entropy, (acyclic, acyclic.weight), (1,)),
+        "kbest_scores": (kbest, (acyclic, acyclic.weight), (1,)),
+        "dense_occupancy": (occupancy, (graph, graph.weight, emissions, lengths), (1, 2)),
+        "rnnt_loss_simple": (simple, (am, lm, *transducer), (0, 1)),
+        "rnnt_loss_smoothed": (smoothed, (am, lm, *transducer), (0, 1)),
+        "rnnt_loss_pruned": (pruned, (normal(B, 8, 2, 5), *transducer, ranges.astype(i32)), (0,)),
+        # Decoding: values only.
+        "viterbi_decode": (sj.viterbi_decode, (graph, emissions, lengths), None),
+        "forced_align": (sj.forced_align, (emissions, lengths, labels[:, :1], lengths // 8), None),
+        "rnnt_align": (sj.rnnt_align, (normal(B, 8, 4, 5), *transducer), None),
+        "edit_distance": (
+            sj.edit_distance,
+            (labels, label_lengths, labels[::-1], label_lengths[::-1]),
+            None,
+        ),
     }
 
 
@@ -155,13 +224,16 @@ def check(target: str, ops: list[str]) -> list[dict[str, Any]]:
         }
         start = time.perf_counter()
         try:
-            jitted = jax.jit(jax.value_and_grad(loss, argnums=argnums))
-            lowered = jitted.lower(*_abstract(args, sharding))
+            program = loss if argnums is None else jax.value_and_grad(loss, argnums=argnums)
+            lowered = jax.jit(program).lower(*_abstract(args, sharding))
             result["lower_s"] = round(time.perf_counter() - start, 2)
             result["ffi_targets"] = sorted(set(re.findall(r"semiring_jax_\w+", lowered.as_text())))
             start = time.perf_counter()
-            lowered.compile()
+            compiled = lowered.compile()
             result["compile_s"] = round(time.perf_counter() - start, 2)
+            launches = Launches(compiled.as_text())
+            launches.sequential()
+            result["loops"] = [dataclasses.asdict(loop) for loop in launches.loops]
             result["ok"] = True
         except Exception as error:
             result["error"] = _first_line(error)
@@ -174,8 +246,7 @@ def check(target: str, ops: list[str]) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("target", choices=TARGETS)
-    ops = ["ctc_loss", "rnnt_loss", "tot_score", "dense_tot_score", "mmi_loss"]
-    parser.add_argument("--ops", nargs="+", choices=ops, default=ops)
+    parser.add_argument("--ops", nargs="+", choices=OPS, default=OPS)
     options = parser.parse_args(argv)
     import jax
 

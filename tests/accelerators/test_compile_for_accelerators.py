@@ -1,13 +1,17 @@
-"""The training ops compile for accelerators this CPU host does not have.
+"""The traced public ops compile for accelerators this CPU host does not have.
 
-`compile_check.py` compiles `jax.jit(jax.value_and_grad(loss))` of
-`ctc_loss`, `rnnt_loss`, `tot_score`, `dense_tot_score` and `mmi_loss` for
-one chip of a TPU v5e topology (default run) and an NVIDIA H100 (`slow`),
-with the library's default settings. It runs in a subprocess whose
-PYTHONPATH adds the target's compiler, installed apart from the test
-virtualenv (see docs/development.md), so that this suite's own JAX starts
-as a user's CPU install does. A missing install fails the test, naming the
-command that makes it.
+`compile_check.py` compiles every traced public op -- the losses and score
+ops as `jax.jit(jax.value_and_grad(f))`, the decoders' values -- at small
+float32 shapes with the library's default settings, for one chip of a TPU
+v5e topology (default run) and an NVIDIA H100 (`slow`). It runs in a
+subprocess whose PYTHONPATH adds the target's compiler, installed apart
+from the test virtualenv (see docs/development.md), so that this suite's
+own JAX starts as a user's CPU install does. A missing install fails the
+test, naming the command that makes it.
+
+The compiled programs are read too (`hlo_loops.py`): no loop body holds a
+`conditional` (on a GPU, a host round-trip per iteration), and every loop
+has a trip count fixed at compile time.
 """
 
 import json
@@ -17,12 +21,13 @@ import re
 import subprocess
 import sys
 
+import compile_check
 import pytest
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 SCRIPT = HERE / "compile_check.py"
-OPS = {"ctc_loss", "rnnt_loss", "tot_score", "dense_tot_score", "mmi_loss"}
+OPS = set(compile_check.OPS)
 # target -> (the folder its compiler is installed in, its requirements file)
 INSTALLS = {
     "tpu": (ROOT / ".accelerators" / "tpu", HERE / "requirements-tpu.txt"),
@@ -82,14 +87,31 @@ def _assert_all_compiled(lines: list[dict]) -> None:
         pytest.fail("did not compile:\n" + "\n".join(failed), pytrace=False)
 
 
-def test_the_training_ops_compile_for_a_tpu():
+def _assert_lean_loops(lines: list[dict]) -> None:
+    """No `conditional` in a loop body; every trip count static."""
+    found = []
+    for line in lines:
+        loops = line["loops"]
+        conditionals = sum(loop["conditionals"] for loop in loops)
+        unknown = sum(loop["trips"] is None for loop in loops)
+        if conditionals or unknown:
+            found.append(
+                f"{line['op']}: {conditionals} conditionals in loop bodies, "
+                f"{unknown} data-dependent loops"
+            )
+    assert not found, "loops that are not lean:\n" + "\n".join(found)
+
+
+def test_the_public_ops_compile_for_a_tpu():
     lines = _compile("tpu")
     assert {line["device"] for line in lines} == {"TPU v5 lite"}
     _assert_all_compiled(lines)
+    _assert_lean_loops(lines)
 
 
-@pytest.mark.slow  # a 570 MB install (the CUDA plugin and ptxas); ~15 s to compile
-def test_the_training_ops_compile_for_an_h100():
+@pytest.mark.slow  # a 570 MB install (the CUDA plugin and ptxas); ~40 s to compile
+def test_the_public_ops_compile_for_an_h100():
     lines = _compile("h100")
     assert {line["device"] for line in lines} == {"NVIDIA H100 80GB HBM3"}
     _assert_all_compiled(lines)
+    _assert_lean_loops(lines)

@@ -61,20 +61,19 @@ from typing import Any
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
-SPECS = ROOT / "tests" / "accelerators"
+COMPILE_TEST = ROOT / "tests" / "accelerators"
 RESULTS = HERE / "results.json"
-# target -> (the folder its compiler is installed in, its device as JAX names it)
-TARGETS = {
-    "tpu": (ROOT / ".accelerators" / "tpu", "TPU v5 lite"),
-    "h100": (ROOT / ".accelerators" / "cuda", "NVIDIA H100 80GB HBM3"),
-}
+# target -> the folder its compiler is installed in
+TARGETS = {"tpu": ROOT / ".accelerators" / "tpu", "h100": ROOT / ".accelerators" / "cuda"}
 OPS = ("ctc_loss", "dense_tot_score", "rnnt_loss", "tot_score", "mmi_loss")
 CTC_SIZE = (32, 1000, 1024, 200)
 RNNT_SIZE = (8, 200, 50, 256)
 SEED = 20261206
 
-# The HLO reader is shared with the compile test (tests/accelerators).
-sys.path.insert(0, str(SPECS))
+# The HLO reader, the targets' devices and the abstract inputs are the
+# compile test's (tests/accelerators).
+sys.path.insert(0, str(COMPILE_TEST))
+from compile_check import abstract, topology_device  # noqa: E402
 from hlo_loops import Launches  # noqa: E402
 
 # -- the programs --------------------------------------------------------------------
@@ -275,30 +274,6 @@ CASES: dict[str, Callable[[], Case]] = {
 # -- one target, in its own process -------------------------------------------------
 
 
-def _device(target: str) -> Any:
-    from jax.experimental import topologies
-
-    if target == "tpu":
-        topology = topologies.get_topology_desc(topology_name="v5e:2x2", platform="tpu")
-    else:
-        spec = (SPECS / "h100_sxm.txtpb").read_text()
-        topology = topologies.get_topology_desc(
-            platform="cuda", target_config=spec, topology="1x1x1"
-        )
-    return topology.devices[0]
-
-
-def _abstract(args: tuple[Any, ...], sharding: Any) -> tuple[Any, ...]:
-    import jax
-    import numpy as np
-
-    def leaf(x: Any) -> Any:
-        x = np.asarray(x)
-        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
-
-    return jax.tree.map(leaf, args)
-
-
 def measure(
     fn: Callable[..., Any], args: tuple[Any, ...], sharding: Any, dump: pathlib.Path | None = None
 ) -> dict[str, Any]:
@@ -307,7 +282,7 @@ def measure(
     import jax
 
     start = time.perf_counter()
-    compiled = jax.jit(fn).lower(*_abstract(args, sharding)).compile()
+    compiled = jax.jit(fn).lower(*abstract(args, sharding)).compile()
     seconds = time.perf_counter() - start
     memory = compiled.memory_analysis()
     hlo = compiled.as_text()
@@ -331,7 +306,7 @@ def run_target(target: str, ops: list[str], dump: pathlib.Path | None = None) ->
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     jax.config.update("jax_platforms", os.environ.get("JAX_PLATFORMS") or "cpu")
-    device = _device(target)
+    device = topology_device(target)
     sharding = NamedSharding(Mesh(np.array([device]), ("x",)), PartitionSpec())
     for op in ops:
         case = CASES[op]()
@@ -356,7 +331,7 @@ def run_target(target: str, ops: list[str], dump: pathlib.Path | None = None) ->
 def _in_subprocess(
     target: str, ops: list[str], dump: pathlib.Path | None = None
 ) -> list[dict[str, Any]]:
-    folder, _ = TARGETS[target]
+    folder = TARGETS[target]
     if not folder.is_dir():
         print(f"{target}: no compiler in {folder} (see tests/accelerators); skipped")
         return []

@@ -67,7 +67,7 @@ OPS = [
 B = 2  # utterances
 
 
-def _topology_device(target: str) -> Any:
+def topology_device(target: str) -> Any:
     """One device of the target's compile-only topology."""
     from jax.experimental import topologies
 
@@ -186,7 +186,7 @@ def _cases() -> dict[str, tuple[Callable[..., Any], tuple[Any, ...], tuple[int, 
     }
 
 
-def _abstract(args: tuple[Any, ...], sharding: Any) -> tuple[Any, ...]:
+def abstract(args: tuple[Any, ...], sharding: Any) -> tuple[Any, ...]:
     """Every array leaf (an Fsa's included) as a ShapeDtypeStruct placed on
     the target device: nothing concrete reaches the target's program."""
     import jax
@@ -209,7 +209,7 @@ def check(target: str, ops: list[str]) -> list[dict[str, Any]]:
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    device = _topology_device(target)
+    device = topology_device(target)
     sharding = NamedSharding(Mesh(np.array([device]), ("x",)), PartitionSpec())
     cases = _cases()
     results = []
@@ -225,7 +225,7 @@ def check(target: str, ops: list[str]) -> list[dict[str, Any]]:
         start = time.perf_counter()
         try:
             program = loss if argnums is None else jax.value_and_grad(loss, argnums=argnums)
-            lowered = jax.jit(program).lower(*_abstract(args, sharding))
+            lowered = jax.jit(program).lower(*abstract(args, sharding))
             result["lower_s"] = round(time.perf_counter() - start, 2)
             result["ffi_targets"] = sorted(set(re.findall(r"semiring_jax_\w+", lowered.as_text())))
             start = time.perf_counter()

@@ -2,10 +2,11 @@
 
 The arc scan is what `dense_tot_score` (LOG) and `mmi_loss` run off the
 CPU kernel: linear space per frame, the batch again in logs where a
-state of positive mass underflows, and the compensated frame scan for inputs that read
-+inf or magnitudes beyond 2^20. Each test compares totals and all three
-gradients with the frame scan's autodiff (`dense._scan_value_and_grads`),
-itself checked against brute force in `test_dense.py`.
+state of positive mass underflows, and the compensated frame scan for
+inputs that read +inf or magnitudes beyond 2^20. Each test compares
+totals and all three gradients with the frame scan's autodiff
+(`dense._scan_value_and_grads`), itself checked against brute force in
+`test_dense.py`.
 """
 
 import jax

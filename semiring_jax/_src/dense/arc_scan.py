@@ -274,7 +274,7 @@ def _forward(
 ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array]:
     """(the normalised log a_L [B, S], the summed log scales [B], with
     `keep` every normalised log a_t [T, B, S], and whether linear space
-    lost a reachable state at some frame). `exact`: every frame in logs
+    lost a state of mass at some frame). `exact`: every frame in logs
     (nothing is lost)."""
     batch, num_states = g.weight.shape[0], g.num_states
     start = jnp.zeros((batch, num_states), g.weight.dtype).at[:, 0].set(1.0)
@@ -336,7 +336,7 @@ def _backward(
     exact: bool,
 ) -> tuple[jax.Array | None, jax.Array | None, jax.Array]:
     """(arc posteriors summed over frames [B, A], column posteriors
-    [B, T, V], whether linear space lost a state that reaches a final one)
+    [B, T, V], whether linear space lost a state of mass at some frame)
     from the kept log a_t [T, B, S]; each posterior only if `wanted` (None
     otherwise). `exact`: every frame in logs."""
     want_arcs, want_columns = wanted

@@ -5,7 +5,8 @@ label (t, u) → (t, u+1), so every node of the anti-diagonal n = t + u
 depends only on diagonal n - 1: a `lax.scan` over the N = T + U + 1
 diagonals of the skewed layout (`transducer/band.py`) computes a whole
 diagonal per step, vectorised over the batch and the W positions, T + U
-steps in all.
+steps in all. β runs the other way in the same steps (`forward_backward`):
+the posteriors cost T + U sequential steps, not twice that.
 
 Scores are compensated (hi, lo) pairs (`core/compensated.py`): α reaches
 thousands at T = 1,000, where float32 rounding at every step would leave
@@ -33,10 +34,10 @@ Pair = tuple[jax.Array, jax.Array]
 
 __all__ = [
     "Scores",
-    "backward",
     "best_forward",
     "following",
     "forward",
+    "forward_backward",
     "shift_left",
     "shift_right",
 ]
@@ -80,11 +81,47 @@ def _stacked(saved: Pair, last: Pair) -> Scores:
     return hi, lo
 
 
+def _alpha_step(
+    alpha: Pair, blank_n: jax.Array, emit_n: jax.Array, source: jax.Array | None
+) -> Pair:
+    """α on diagonal n + 1 [B, W] from α on diagonal n and its moves."""
+    by_blank = _gather(compensated.add_below_inf(*alpha, blank_n), source)
+    by_label = _shifted_pair(compensated.add_below_inf(*alpha, emit_n), shift_right)
+    return compensated.log_add_below_inf(by_blank, by_label)
+
+
+def _beta_step(
+    beta: Pair,
+    blank_n: jax.Array,
+    emit_n: jax.Array,
+    is_end_n: jax.Array,
+    target: jax.Array | None,
+) -> Pair:
+    """β on diagonal n [B, W] from β on diagonal n + 1 and diagonal n's moves."""
+    by_blank = compensated.add_below_inf(*_gather(beta, target), blank_n)
+    by_label = compensated.add_below_inf(*_shifted_pair(beta, shift_left), emit_n)
+    hi, lo = compensated.log_add_below_inf(by_blank, by_label)
+    return jnp.where(is_end_n, jnp.zeros_like(hi), hi), jnp.where(is_end_n, 0.0, lo)
+
+
+def _start_pair(start: jax.Array, blank: jax.Array) -> Pair:
+    """α on diagonal 0 as a pair, varying as the moves are (shard_map)."""
+    start_hi = varying_like(start, blank)
+    return start_hi, jnp.zeros_like(start_hi)
+
+
+def _end_pair(is_end: jax.Array, blank: jax.Array) -> Pair:
+    """β on the last diagonal as a pair: 0 at an end node, -inf elsewhere."""
+    last_hi = varying_like(jnp.where(is_end[-1], 0.0, -jnp.inf).astype(blank.dtype), blank)
+    return last_hi, jnp.zeros_like(last_hi)
+
+
 def forward(
     blank: jax.Array, emit: jax.Array, start: jax.Array, blank_from: jax.Array | None = None
 ) -> Scores:
     """α on the skewed layout: the log-sum of the paths from the start
-    into each cell, [N, B, W] (row T: the paths that have left the grid).
+    into each cell, [N, B, W] (row T: the paths that have left the grid),
+    for the values alone (`forward_backward` for the posteriors).
 
     Args:
       blank: [N, B, W] skewed log-probs of the blank move out of each cell
@@ -94,15 +131,11 @@ def forward(
       start: [B, W] α on diagonal 0: 0 at node (0, 0), -inf elsewhere.
       blank_from: `Band.blank_from`, or None for the full grid.
     """
-    start_hi = varying_like(start, blank)
-    initial = (start_hi, jnp.zeros_like(start_hi))
+    initial = _start_pair(start, blank)
     sources = None if blank_from is None else blank_from[1:]
 
     def step(alpha: Pair, moves: tuple[Any, ...]) -> tuple[Pair, Pair]:
-        blank_n, emit_n, source = moves
-        by_blank = _gather(compensated.add_below_inf(*alpha, blank_n), source)
-        by_label = _shifted_pair(compensated.add_below_inf(*alpha, emit_n), shift_right)
-        following = compensated.log_add_below_inf(by_blank, by_label)
+        following = _alpha_step(alpha, *moves)
         # The new diagonal as the step's output, not the carry it came
         # from: XLA then copies no carry per step (~5% of the scan).
         return following, following
@@ -112,35 +145,50 @@ def forward(
     return hi, lo
 
 
-def backward(
-    blank: jax.Array, emit: jax.Array, is_end: jax.Array, blank_to: jax.Array | None = None
-) -> Scores:
-    """β on the skewed layout: the log-sum of the paths from each cell to
-    the end, [N, B, W] (see `forward`).
+def forward_backward(
+    blank: jax.Array,
+    emit: jax.Array,
+    start: jax.Array,
+    is_end: jax.Array,
+    blank_from: jax.Array | None = None,
+    blank_to: jax.Array | None = None,
+) -> tuple[Scores, Scores]:
+    """(α, β) on the skewed layout, [N, B, W] each, from one scan whose
+    step i computes α on diagonal i + 1 and β on diagonal N - 2 - i. β is
+    the log-sum of the paths from each cell to the end.
+
+    Neither recursion reads the other, so the posteriors take T + U
+    sequential steps instead of 2 (T + U): on an accelerator, where a
+    scan's time is its steps times the kernels each step launches, the two
+    steps' elementwise work shares the launches of one.
 
     Args:
-      blank, emit: as in `forward`, masked to each utterance's lengths.
+      blank, emit, start, blank_from: as in `forward`, the moves masked to
+        each utterance's lengths.
       is_end: bool [N, B, W], True at each utterance's end node (T_b, U_b),
         where the paths go (β = 0 there; it has no move, so setting it
         costs a `where`, not a third term in every log-add).
       blank_to: `Band.blank_to`, or None for the full grid.
     """
-    last_hi = varying_like(jnp.where(is_end[-1], 0.0, -jnp.inf).astype(blank.dtype), blank)
-    initial = (last_hi, jnp.zeros_like(last_hi))
-    targets = None if blank_to is None else blank_to[:-1]
+    sources = None if blank_from is None else blank_from[1:]
 
-    def step(beta: Pair, moves: tuple[Any, ...]) -> tuple[Pair, Pair]:
-        blank_n, emit_n, is_end_n, target = moves
-        by_blank = compensated.add_below_inf(*_gather(beta, target), blank_n)
-        by_label = compensated.add_below_inf(*_shifted_pair(beta, shift_left), emit_n)
-        hi, lo = compensated.log_add_below_inf(by_blank, by_label)
-        here = (jnp.where(is_end_n, jnp.zeros_like(hi), hi), jnp.where(is_end_n, 0.0, lo))
-        return here, here
+    def reversed_rows(x: jax.Array | None) -> jax.Array | None:
+        return None if x is None else jnp.flip(x[:-1], 0)
 
-    _, saved = jax.lax.scan(
-        step, initial, (blank[:-1], emit[:-1], is_end[:-1], targets), reverse=True
-    )
-    return _stacked(saved, initial)
+    backward_moves = tuple(reversed_rows(x) for x in (blank, emit, is_end))
+    xs = (blank[:-1], emit[:-1], sources, *backward_moves, reversed_rows(blank_to))
+
+    def step(carry: tuple[Pair, Pair], moves: tuple[Any, ...]) -> tuple[Any, Any]:
+        alpha, beta = carry
+        following = _alpha_step(alpha, *moves[:3])
+        here = _beta_step(beta, *moves[3:])
+        return (following, here), (following, here)
+
+    first, last = _start_pair(start, blank), _end_pair(is_end, blank)
+    _, (alphas, betas) = jax.lax.scan(step, (first, last), xs)
+    alpha_hi, alpha_lo = (jnp.concatenate([x[None], y]) for x, y in zip(first, alphas))
+    beta = _stacked((jnp.flip(betas[0], 0), jnp.flip(betas[1], 0)), last)
+    return (alpha_hi, alpha_lo), beta
 
 
 def following(scores: Scores, blank_to: jax.Array | None, label: bool) -> Scores:

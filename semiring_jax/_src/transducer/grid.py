@@ -134,16 +134,14 @@ def move_posteriors(
     band: Band,
     moves: tuple[jax.Array, jax.Array],
     alpha: Scores,
-    frame_lengths: jax.Array,
-    label_lengths: jax.Array,
+    beta: Scores,
+    total: Pair,
     num_frames: int,
 ) -> tuple[jax.Array, jax.Array]:
     """The posterior of the blank and of the label move out of each cell,
-    [B, T, W] each, from the skewed moves and α; 0 without a path."""
+    [B, T, W] each, from the skewed moves, α, β and log P [B] (a pair); 0
+    without a path."""
     blank_moves, emit_moves = moves
-    is_end = end_node(band, frame_lengths, label_lengths)
-    beta = diagonal_scan.backward(blank_moves, emit_moves, is_end, band.blank_to)
-    total = log_likelihood(band, alpha, frame_lengths, label_lengths)
     after_blank = diagonal_scan.following(beta, band.blank_to, label=False)
     after_label = diagonal_scan.following(beta, band.blank_to, label=True)
     blank_post = _posterior(alpha, blank_moves, after_blank, total)
@@ -169,13 +167,17 @@ def forward(
 
 
 def _scan_posteriors(moves: Moves, aux: tuple[Any, ...]) -> tuple[jax.Array, Moves]:
-    """(log P [B], the moves' posteriors [B, T, W]) by the scans: the
-    kernel's reference, differentiable by autodiff."""
+    """(log P [B], the moves' posteriors [B, T, W]) by the scans (α and β
+    in one, `diagonal_scan.forward_backward`): the kernel's reference,
+    differentiable by autodiff."""
     _, frame_lengths, label_lengths, band = aux
-    (hi, lo), (skewed, alpha) = forward(band, *moves, frame_lengths, label_lengths)
-    posteriors = move_posteriors(
-        band, skewed, alpha, frame_lengths, label_lengths, moves[0].shape[1]
+    skewed = lattice(band, *moves, frame_lengths, label_lengths)
+    is_end = end_node(band, frame_lengths, label_lengths)
+    alpha, beta = diagonal_scan.forward_backward(
+        *skewed, start(band, moves[0].dtype), is_end, band.blank_from, band.blank_to
     )
+    hi, lo = log_likelihood(band, alpha, frame_lengths, label_lengths)
+    posteriors = move_posteriors(band, skewed, alpha, beta, (hi, lo), moves[0].shape[1])
     # A NaN log P makes every posterior of the utterance NaN, as the
     # kernel's are: the cells whose α or β is -inf came out 0 (finite
     # gradients beside a NaN loss), and the two routes disagreed.

@@ -13,6 +13,12 @@ beside the peer program the op has:
   * `rnnt_loss` (B, T, U, V) = (8, 200, 50, 256), log_softmax inside; peer
     an anti-diagonal RNN-T written here in plain JAX and differentiated by
     autodiff (`rnnt_peer`);
+  * `rnnt_pruned`, the pruned pipeline of `bench_rnnt.py` at (8, 200, 50,
+    256): 0.5 simple + pruned loss, the ranges (s_range 5) and the pruned
+    joiner inputs between them, gradients with respect to `am` and `lm`;
+    no peer: its row shows the sequential steps (the loops' trip counts),
+    k2's design needing the simple loss's forward and backward and the
+    pruned loss's;
   * `tot_score` on the 1,000-level lattice of `bench_scores.py` (LOG, the
     gradient with respect to the arc weights); `mmi_loss` on the dense
     workload with `bench_dense.py`'s numerators; no peers.
@@ -65,7 +71,7 @@ COMPILE_TEST = ROOT / "tests" / "accelerators"
 RESULTS = HERE / "results.json"
 # target -> the folder its compiler is installed in
 TARGETS = {"tpu": ROOT / ".accelerators" / "tpu", "h100": ROOT / ".accelerators" / "cuda"}
-OPS = ("ctc_loss", "dense_tot_score", "rnnt_loss", "tot_score", "mmi_loss")
+OPS = ("ctc_loss", "dense_tot_score", "rnnt_loss", "rnnt_pruned", "tot_score", "mmi_loss")
 CTC_SIZE = (32, 1000, 1024, 200)
 RNNT_SIZE = (8, 200, 50, 256)
 SEED = 20261206
@@ -239,6 +245,28 @@ def _rnnt() -> Case:
     return Case((jax.value_and_grad(ours), args), (jax.value_and_grad(peer), args), "anti-diagonal")
 
 
+def _rnnt_pruned() -> Case:
+    import bench_rnnt
+    import jax
+
+    import semiring_jax as sj
+
+    data = bench_rnnt.inputs(1, RNNT_SIZE)
+    am, lm = bench_rnnt.am_lm(data)
+    lengths = tuple(data[k].astype("int32") for k in ("frame_lengths", "labels", "label_lengths"))
+    s_range = min(bench_rnnt.S_RANGE, lm.shape[1])
+
+    def ours(am, lm, frame_lengths, labels, label_lengths):
+        lengths = (frame_lengths, labels, label_lengths)
+        simple = sj.rnnt_loss_simple(am, lm, *lengths)
+        ranges = sj.rnnt_prune_ranges(am, lm, *lengths, s_range)
+        am_pruned, lm_pruned = sj.rnnt_prune(am, lm, ranges)
+        pruned = sj.rnnt_loss_pruned(am_pruned + lm_pruned, *lengths, ranges)
+        return (0.5 * simple + pruned).sum()
+
+    return Case((jax.value_and_grad(ours, argnums=(0, 1)), (am, lm, *lengths)), None)
+
+
 def _tot_score() -> Case:
     import bench_scores
 
@@ -267,6 +295,7 @@ CASES: dict[str, Callable[[], Case]] = {
     "ctc_loss": _ctc,
     "dense_tot_score": _dense,
     "rnnt_loss": _rnnt,
+    "rnnt_pruned": _rnnt_pruned,
     "tot_score": _tot_score,
     "mmi_loss": _mmi,
 }

@@ -12,7 +12,7 @@ import pytest
 
 import semiring_jax as sj
 from tests import oracles
-from tests.paths import both_paths
+from tests.paths import both_paths, scan_only
 
 
 def random_batch(seed, batch, num_frames, vocab_size, max_labels, dtype=np.float32, feasible=True):
@@ -115,6 +115,35 @@ def test_ctc_graph_scores_equal_minus_ctc_loss():
     )
     graph_frames, _ = sj.viterbi_decode(graph, log_probs, input_lengths)
     chex.assert_trees_all_equal(frames, graph_frames)
+
+
+@pytest.mark.parametrize("num_frames", [1, 2, 5, 8])
+def test_portable_gradient_equals_the_ctc_graphs_at_odd_and_even_lengths(num_frames):
+    # The portable ctc_loss computes α and β in one scan that meets in the
+    # middle frame (odd T) or between two (even T), and forms each
+    # occupancy in the second half; dense_tot_score of the CTC graph sums
+    # slot posteriors by emission column instead. Lengths 0..T, infeasible
+    # ones included (their gradients are 0).
+    logits, input_lengths, labels, label_lengths = random_batch(
+        11, 6, num_frames, 5, 3, np.float64, feasible=False
+    )
+    input_lengths[1:3] = [0, num_frames - 1]
+    log_probs = jax.nn.log_softmax(jnp.asarray(logits))
+    graph = sj.ctc_graph(labels, label_lengths, dtype=np.float64)
+
+    def graph_loss(lp):
+        scores = sj.dense_tot_score(graph, lp, input_lengths)
+        return -jnp.sum(jnp.where(jnp.isfinite(scores), scores, 0.0))  # infeasible: no gradient
+
+    with scan_only():
+        loss, grad = _loss_and_grad(log_probs, input_lengths, labels, label_lengths)
+        expected = jax.grad(graph_loss)(log_probs)
+    np.testing.assert_allclose(
+        loss, -sj.dense_tot_score(graph, log_probs, input_lengths), rtol=1e-12
+    )
+    np.testing.assert_allclose(grad, expected, atol=1e-12)
+    for b, n in enumerate(input_lengths):
+        assert not grad[b, n:].any()
 
 
 def test_forced_align_is_batched_and_marks_padding():

@@ -27,7 +27,9 @@ is 0 (the shifts summed apart), and any user semiring (unshifted).
 Gradients (`derivatives.score`, a custom JVP whose tangent is ⟨gradient,
 tangent⟩): LOG's come from `log_frame_scan.py`, which forms posteriors frame by
 frame in a reverse scan and reduces them into [T, V] (or [T, S]) and
-[R, K] as it goes, so no [T, R, K] array is held. TROPICAL saves each
+[R, K] as it goes, so no [T, R, K] array is held; per-state emissions
+without slot gradients (CTC) need only the states' occupancies, and get
+them from one scan that runs α and β together (`state_posteriors`). TROPICAL saves each
 state's best slot per frame ([T, S], a flat index into the [R, K] slots,
 carried up the tree with its score) and traces one path back. Other
 semirings are differentiated by autodiff through the plain scan.
@@ -218,7 +220,14 @@ def _value_and_grads(
     | NaN   | NaN (NaN in a weight or an emission that the scan reads)  |
     """
     (slot_weight, final_weight, emissions), (slots, length) = diff, aux
-    if _is_log(semiring):
+    if _is_log(semiring) and slots.label is None and not slot_grads:
+        # α and β in one scan: the emission gradient is the states' occupancy.
+        (total_hi, total_lo), final_grad, emission_grad = log_frame_scan.state_posteriors(
+            slots, slot_weight, final_weight, emissions, length
+        )
+        total = total_hi + total_lo
+        grads = (jnp.zeros_like(slot_weight), final_grad, emission_grad)
+    elif _is_log(semiring):
         pair, pairs = log_frame_scan.forward(slots, slot_weight, emissions, length)
         total_hi, total_lo = log_frame_scan.total_pair(pair, final_weight)
         total = total_hi + total_lo

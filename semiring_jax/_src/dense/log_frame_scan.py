@@ -36,9 +36,10 @@ from semiring_jax._src.dense.slots import (
     to_states,
 )
 
-__all__ = ["forward", "posterior_grads", "total_pair"]
+__all__ = ["forward", "posterior_grads", "state_posteriors", "total_pair"]
 
 _ZERO = -jnp.inf
+Pair = tuple[jax.Array, jax.Array]
 
 
 def _start(size: int, dtype: DTypeLike, reference: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -109,28 +110,49 @@ def forward(
 ) -> tuple[tuple[jax.Array, jax.Array], Any]:
     """((α_hi, α_lo) [S] after `length` frames, (hi, lo) [T, S] after each
     frame)."""
-    num_rows, num_slots = slot_weight.shape
+    num_rows = slot_weight.shape[0]
 
-    def step(
-        carry: tuple[jax.Array, jax.Array], inputs: tuple[jax.Array, jax.Array]
-    ) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:
-        hi, lo = carry
+    def step(carry: Pair, inputs: tuple[jax.Array, jax.Array]) -> tuple[Pair, Pair]:
         t, frame = inputs
-        terms = _to_dst(
-            slots,
-            slot_weight,
-            frame,
-            pull_columns(hi, slots, num_slots, _ZERO),
-            pull_columns(lo, slots, num_slots, 0.0),
-        )
-        new_hi, new_lo = _states(_log_sum(*terms), slots.in_tree)
-        active = t < length
-        hi, lo = jnp.where(active, new_hi, hi), jnp.where(active, new_lo, lo)
-        return (hi, lo), (hi, lo)
+        alpha = _alpha_step(slots, slot_weight, carry, frame, t < length)
+        return alpha, alpha
 
     frames = jnp.arange(emissions.shape[0], dtype=jnp.int32)
     start = _start(num_states(slots, num_rows), slot_weight.dtype, emissions)
     return jax.lax.scan(step, start, (frames, emissions))
+
+
+def _alpha_step(
+    slots: Slots, slot_weight: jax.Array, alpha: Pair, frame: jax.Array, active: jax.Array
+) -> Pair:
+    """α after a frame [S] from α before it (kept where not `active`)."""
+    hi, lo = alpha
+    num_slots = slot_weight.shape[1]
+    terms = _to_dst(
+        slots,
+        slot_weight,
+        frame,
+        pull_columns(hi, slots, num_slots, _ZERO),
+        pull_columns(lo, slots, num_slots, 0.0),
+    )
+    new_hi, new_lo = _states(_log_sum(*terms), slots.in_tree)
+    return jnp.where(active, new_hi, hi), jnp.where(active, new_lo, lo)
+
+
+def _beta_step(slots: Slots, beta: Pair, added: jax.Array, active: jax.Array) -> Pair:
+    """β before a frame [S] from β after it and the frame's slot weights +
+    emissions `added` [R, K] (kept where not `active`)."""
+    beta_hi, beta_lo = beta
+    num_slots = added.shape[1]
+    rows = _log_sum(
+        *_add(
+            push_destinations(beta_hi, slots, num_slots, _ZERO),
+            push_destinations(beta_lo, slots, num_slots, 0.0),
+            push_columns(added, slots, _ZERO),
+        )
+    )
+    new_hi, new_lo = _states(rows, slots.out_tree)
+    return jnp.where(active, new_hi, beta_hi), jnp.where(active, new_lo, beta_lo)
 
 
 def total_pair(
@@ -152,21 +174,18 @@ def posterior_grads(
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(slot [R, K], final [S], emission [T, V] or [T, S]) gradients of the
     total: expected uses of each slot, stopping posteriors, and per-frame
-    column (or state) posteriors; all exactly 0 when the total is -inf."""
+    column (or state) posteriors; all exactly 0 when the total is -inf.
+    From the slot posteriors, which read α before each frame, in a reverse
+    scan (`state_posteriors` serves per-state emissions without slot
+    gradients in one scan)."""
     num_rows, num_slots = slot_weight.shape
     size = num_states(slots, num_rows)
     num_columns = emissions.shape[1]
     z_hi, z_lo = total_pair(alpha_end, final_weight)
     final_grad = compensated.exp_difference(*compensated.add(*alpha_end, final_weight), z_hi, z_lo)
-    saved_hi, saved_lo = saved
-    # Per-state emissions and no slot gradient: the state occupancies
-    # exp(α after t + β after t - Z) are the emission gradient, [S] per
-    # frame; otherwise the slot posteriors are needed, from α before t.
-    by_state = slots.label is None and not slot_grads
-    if not by_state:
-        start_hi, start_lo = _start(size, slot_weight.dtype, emissions)
-        saved_hi = jnp.concatenate([start_hi[None], saved_hi[:-1]])
-        saved_lo = jnp.concatenate([start_lo[None], saved_lo[:-1]])
+    start_hi, start_lo = _start(size, slot_weight.dtype, emissions)
+    saved_hi = jnp.concatenate([start_hi[None], saved[0][:-1]])
+    saved_lo = jnp.concatenate([start_lo[None], saved[1][:-1]])
 
     def step(
         carry: tuple[jax.Array, jax.Array, jax.Array], inputs: tuple[jax.Array, ...]
@@ -175,51 +194,125 @@ def posterior_grads(
         t, frame, alpha_hi, alpha_lo = inputs
         active = t < length
         added = compensated.times(slot_weight, frame_scores(frame, slots))  # [R, K]
-        if by_state:
-            path_hi, path_lo = compensated.add(alpha_hi, alpha_lo + beta_lo, beta_hi)
-            posterior = compensated.exp_difference(path_hi, path_lo, z_hi, z_lo)
-            emission_grad = jnp.where(active, posterior, jnp.zeros_like(posterior))
-        else:
-            to_hi, to_lo = compensated.add(
-                _per_row(beta_hi, slots, _ZERO)[:, None],
-                _per_row(beta_lo, slots, 0.0)[:, None],
-                added,
-            )
-            from_hi = _stacked(pull_columns(alpha_hi, slots, num_slots, _ZERO))
-            from_lo = _stacked(pull_columns(alpha_lo, slots, num_slots, 0.0))
-            posterior = compensated.exp_difference(
-                *compensated.add(from_hi, from_lo + to_lo, to_hi), z_hi, z_lo
-            )
-            posterior = jnp.where(active, posterior, jnp.zeros_like(posterior))
-            slot_grad = slot_grad + posterior
-            emission_grad = _columns(slots, posterior, num_columns, size)
-        rows = _log_sum(
-            *_add(
-                push_destinations(beta_hi, slots, num_slots, _ZERO),
-                push_destinations(beta_lo, slots, num_slots, 0.0),
-                push_columns(added, slots, _ZERO),
-            )
+        to_hi, to_lo = compensated.add(
+            _per_row(beta_hi, slots, _ZERO)[:, None],
+            _per_row(beta_lo, slots, 0.0)[:, None],
+            added,
         )
-        new_hi, new_lo = _states(rows, slots.out_tree)
-        beta_hi = jnp.where(active, new_hi, beta_hi)
-        beta_lo = jnp.where(active, new_lo, beta_lo)
+        from_hi = _stacked(pull_columns(alpha_hi, slots, num_slots, _ZERO))
+        from_lo = _stacked(pull_columns(alpha_lo, slots, num_slots, 0.0))
+        posterior = compensated.exp_difference(
+            *compensated.add(from_hi, from_lo + to_lo, to_hi), z_hi, z_lo
+        )
+        posterior = jnp.where(active, posterior, jnp.zeros_like(posterior))
+        slot_grad = slot_grad + posterior
+        emission_grad = _columns(slots, posterior, num_columns, size)
+        beta_hi, beta_lo = _beta_step(slots, (beta_hi, beta_lo), added, active)
         return (beta_hi, beta_lo, slot_grad), emission_grad
 
     frames = jnp.arange(emissions.shape[0], dtype=jnp.int32)
     init = (
         varying_like(final_weight, emissions),
         varying_like(jnp.zeros_like(final_weight), emissions),
-        varying_like(
-            jnp.zeros_like(slot_weight) if not by_state else jnp.zeros((), slot_weight.dtype),
-            emissions,
-        ),
+        varying_like(jnp.zeros_like(slot_weight), emissions),
     )
     (_, _, slot_grad), emission_grad = jax.lax.scan(
         step, init, (frames, emissions, saved_hi, saved_lo), reverse=True
     )
-    if by_state:
-        slot_grad = jnp.zeros_like(slot_weight)
     return slot_grad, final_grad, emission_grad
+
+
+def state_posteriors(
+    slots: Slots,
+    slot_weight: jax.Array,
+    final_weight: jax.Array,
+    emissions: jax.Array,
+    length: jax.Array,
+) -> tuple[Pair, jax.Array, jax.Array]:
+    """(Z as a pair, final [S] and emission [T, S] gradients) for per-state
+    emissions (`slots.label` None) without slot gradients: the emission
+    gradient is each state's occupancy exp(α after t + β after t - Z).
+
+    α and β do not read each other, so one step computes α after frame i
+    and β after frame T - 1 - i: value + gradient takes T sequential steps,
+    not 2 T (on a GPU a step's cost is mostly its kernel launches). The
+    steps meet in the middle: the first half saves α of the first half of
+    the frames and β of the second; there Z is log Σ_s exp(α + β) of the
+    middle frame, and the second half forms each occupancy as soon as both
+    of its scores exist, so what is held is what `forward` holds, [T, S]
+    pairs, and the occupancies.
+    """
+    assert slots.label is None  # per-state emissions [T, S]
+    size = num_states(slots, slot_weight.shape[0])
+    num_frames = emissions.shape[0]
+    half = num_frames // 2
+    start = _start(size, slot_weight.dtype, emissions)
+    if num_frames == 0:  # nothing to index: Z from the start alone
+        z_hi, z_lo = total_pair(start, final_weight)
+        final_grad = compensated.exp_difference(*compensated.add(*start, final_weight), z_hi, z_lo)
+        return (z_hi, z_lo), final_grad, jnp.zeros_like(emissions)
+
+    def alpha_after(alpha: Pair, t: jax.Array | int) -> Pair:
+        frame = jax.lax.dynamic_index_in_dim(emissions, t, keepdims=False)
+        return _alpha_step(slots, slot_weight, alpha, frame, t < length)
+
+    def beta_before(beta: Pair, k: jax.Array | int) -> Pair:
+        """β after frame k - 1, from β after frame k."""
+        frame = jax.lax.dynamic_index_in_dim(emissions, k, keepdims=False)
+        added = compensated.times(slot_weight, frame_scores(frame, slots))  # [R, K]
+        return _beta_step(slots, beta, added, k < length)
+
+    def first(carry: tuple[Pair, Pair], i: jax.Array) -> tuple[Any, Any]:
+        alpha, beta = carry  # α after frame i - 1, β after frame T - 1 - i
+        alpha = alpha_after(alpha, i)
+        return (alpha, beta_before(beta, num_frames - 1 - i)), (alpha, beta)
+
+    beta_end = (
+        varying_like(final_weight, emissions),
+        varying_like(jnp.zeros_like(final_weight), emissions),
+    )
+    steps = jnp.arange(half, dtype=jnp.int32)
+    (alpha, beta), (alphas, betas) = jax.lax.scan(first, (start, beta_end), steps)
+    # alphas[k]: α after frame k < half; betas[k]: β after frame T - 1 - k.
+    middle: list[jax.Array] = []
+    if num_frames % 2:  # the middle frame, `half`, has both scores now
+        alpha = alpha_after(alpha, half)
+        z = _log_sum_path(alpha, beta)
+        middle = [_occupancy(alpha, beta, z)[None]]
+        beta = beta_before(beta, half)
+    else:
+        z = _log_sum_path(alpha, beta)  # α and β after frame half - 1
+
+    def second(carry: tuple[Pair, Pair], j: jax.Array) -> tuple[Any, Any]:
+        alpha, beta = carry  # α after frame i - 1, β after frame k
+        i, k = num_frames - half + j, half - 1 - j
+        alpha = alpha_after(alpha, i)
+        saved_beta = tuple(jax.lax.dynamic_index_in_dim(x, k, keepdims=False) for x in betas)
+        saved_alpha = tuple(jax.lax.dynamic_index_in_dim(x, k, keepdims=False) for x in alphas)
+        occupancies = (_occupancy(alpha, saved_beta, z), _occupancy(saved_alpha, beta, z))
+        return (alpha, beta_before(beta, k)), occupancies
+
+    if half:  # (a scan of no steps still traces its body, which indexes)
+        (alpha_end, _), (later, earlier) = jax.lax.scan(second, (alpha, beta), steps)
+        occupancy = jnp.concatenate([jnp.flip(earlier, 0), *middle, later])
+    else:
+        alpha_end, occupancy = alpha, jnp.concatenate(middle)
+    z_hi, z_lo = total_pair(alpha_end, final_weight)
+    final_grad = compensated.exp_difference(*compensated.add(*alpha_end, final_weight), z_hi, z_lo)
+    active = (jnp.arange(num_frames, dtype=jnp.int32) < length)[:, None]
+    return (z_hi, z_lo), final_grad, jnp.where(active, occupancy, jnp.zeros_like(occupancy))
+
+
+def _log_sum_path(alpha: Pair, beta: Pair) -> Pair:
+    """log Σ_s exp(α[s] + β[s]) of one frame, as a pair: Z."""
+    hi, lo = compensated.add(alpha[0], alpha[1] + beta[1], beta[0])
+    return compensated.log_sum_pair(hi, lo, axis=0)
+
+
+def _occupancy(alpha: Pair, beta: Pair, z: Pair) -> jax.Array:
+    """exp(α + β - Z) [S] of one frame."""
+    hi, lo = compensated.add(alpha[0], alpha[1] + beta[1], beta[0])
+    return compensated.exp_difference(hi, lo, *z)
 
 
 def _columns(slots: Slots, mass: jax.Array, num_columns: int, size: int) -> jax.Array:

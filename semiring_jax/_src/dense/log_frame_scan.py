@@ -162,6 +162,14 @@ def total_pair(
     return compensated.log_sum_pair(*compensated.add(*alpha, final_weight), axis=0)
 
 
+def _total_and_stops(alpha_end: Pair, final_weight: jax.Array) -> tuple[Pair, jax.Array]:
+    """(Z as a pair, the posterior of stopping in each state [S]) from α
+    after the last frame: the total and its final-weight gradient."""
+    z_hi, z_lo = total_pair(alpha_end, final_weight)
+    stops = compensated.exp_difference(*compensated.add(*alpha_end, final_weight), z_hi, z_lo)
+    return (z_hi, z_lo), stops
+
+
 def posterior_grads(
     slot_grads: bool,
     slots: Slots,
@@ -181,8 +189,7 @@ def posterior_grads(
     num_rows, num_slots = slot_weight.shape
     size = num_states(slots, num_rows)
     num_columns = emissions.shape[1]
-    z_hi, z_lo = total_pair(alpha_end, final_weight)
-    final_grad = compensated.exp_difference(*compensated.add(*alpha_end, final_weight), z_hi, z_lo)
+    (z_hi, z_lo), final_grad = _total_and_stops(alpha_end, final_weight)
     start_hi, start_lo = _start(size, slot_weight.dtype, emissions)
     saved_hi = jnp.concatenate([start_hi[None], saved[0][:-1]])
     saved_lo = jnp.concatenate([start_lo[None], saved[1][:-1]])
@@ -248,9 +255,8 @@ def state_posteriors(
     half = num_frames // 2
     start = _start(size, slot_weight.dtype, emissions)
     if num_frames == 0:  # nothing to index: Z from the start alone
-        z_hi, z_lo = total_pair(start, final_weight)
-        final_grad = compensated.exp_difference(*compensated.add(*start, final_weight), z_hi, z_lo)
-        return (z_hi, z_lo), final_grad, jnp.zeros_like(emissions)
+        z, final_grad = _total_and_stops(start, final_weight)
+        return z, final_grad, jnp.zeros_like(emissions)
 
     def alpha_after(alpha: Pair, t: jax.Array | int) -> Pair:
         frame = jax.lax.dynamic_index_in_dim(emissions, t, keepdims=False)
@@ -297,22 +303,24 @@ def state_posteriors(
         occupancy = jnp.concatenate([jnp.flip(earlier, 0), *middle, later])
     else:
         alpha_end, occupancy = alpha, jnp.concatenate(middle)
-    z_hi, z_lo = total_pair(alpha_end, final_weight)
-    final_grad = compensated.exp_difference(*compensated.add(*alpha_end, final_weight), z_hi, z_lo)
+    (z_hi, z_lo), final_grad = _total_and_stops(alpha_end, final_weight)
     active = (jnp.arange(num_frames, dtype=jnp.int32) < length)[:, None]
     return (z_hi, z_lo), final_grad, jnp.where(active, occupancy, jnp.zeros_like(occupancy))
 
 
+def _path(alpha: Pair, beta: Pair) -> Pair:
+    """α + β [S] of one frame, as a pair: the paths through each state."""
+    return compensated.add(alpha[0], alpha[1] + beta[1], beta[0])
+
+
 def _log_sum_path(alpha: Pair, beta: Pair) -> Pair:
     """log Σ_s exp(α[s] + β[s]) of one frame, as a pair: Z."""
-    hi, lo = compensated.add(alpha[0], alpha[1] + beta[1], beta[0])
-    return compensated.log_sum_pair(hi, lo, axis=0)
+    return compensated.log_sum_pair(*_path(alpha, beta), axis=0)
 
 
 def _occupancy(alpha: Pair, beta: Pair, z: Pair) -> jax.Array:
     """exp(α + β - Z) [S] of one frame."""
-    hi, lo = compensated.add(alpha[0], alpha[1] + beta[1], beta[0])
-    return compensated.exp_difference(hi, lo, *z)
+    return compensated.exp_difference(*_path(alpha, beta), *z)
 
 
 def _columns(slots: Slots, mass: jax.Array, num_columns: int, size: int) -> jax.Array:

@@ -75,6 +75,12 @@ def _gather(pair: Pair, index: jax.Array | None) -> Pair:
     return hi, lo
 
 
+def _with_first(first: Pair, saved: Pair) -> Scores:
+    """Scores of diagonal 0 and of diagonals 1 .. N - 1 (the scan's)."""
+    hi, lo = (jnp.concatenate([x[None], y]) for x, y in zip(first, saved))
+    return hi, lo
+
+
 def _stacked(saved: Pair, last: Pair) -> Scores:
     """Scores of diagonals 0 .. N - 2 (the scan's) and of diagonal N - 1."""
     hi, lo = (jnp.concatenate([x, y[None]]) for x, y in zip(saved, last))
@@ -141,8 +147,7 @@ def forward(
         return following, following
 
     _, saved = jax.lax.scan(step, initial, (blank[:-1], emit[:-1], sources))
-    hi, lo = (jnp.concatenate([x[None], y]) for x, y in zip(initial, saved))
-    return hi, lo
+    return _with_first(initial, saved)
 
 
 def forward_backward(
@@ -186,9 +191,8 @@ def forward_backward(
 
     first, last = _start_pair(start, blank), _end_pair(is_end, blank)
     _, (alphas, betas) = jax.lax.scan(step, (first, last), xs)
-    alpha_hi, alpha_lo = (jnp.concatenate([x[None], y]) for x, y in zip(first, alphas))
     beta = _stacked((jnp.flip(betas[0], 0), jnp.flip(betas[1], 0)), last)
-    return (alpha_hi, alpha_lo), beta
+    return _with_first(first, alphas), beta
 
 
 def following(scores: Scores, blank_to: jax.Array | None, label: bool) -> Scores:

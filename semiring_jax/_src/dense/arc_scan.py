@@ -20,27 +20,29 @@ Linear space underflows where a state's sum falls below `_TINY` (1e-25 in
 float32) though the exact step gives it mass (an arc into it from a state
 of mass, with a weight and an emission that are not -inf: each such term
 is raised to at least the smallest normal number, `_with_marks`, so that
-these are the states whose sums are positive). The scan only notes that it
-happened; if it did, at any frame anywhere in the batch, one `lax.cond`
-after the scan computes the batch again with every frame exactly in logs
-(`exact=True`). Deciding once, after the scan, keeps conditionals out of
-the loop body (on a GPU each one costs a host round-trip per frame), and
-counting only the states that have mass at this very frame (not those
-reachable in at most so many frames, as the distances of earlier
-versions did) keeps the second scan for inputs that do underflow: on the
-random 500-state graph of benchmarks/bench_dense.py no frame does, where
-the distances flagged 30 of its 1,000 frame steps.
+these are the states whose sums are positive), and linear scales cannot
+keep O(1) differences next to +inf or a magnitude beyond 2^20
+(`_needs_pairs`). The scan only notes a loss; if one happened, at any
+frame anywhere in the batch, or the batch reads such a number, one
+`lax.cond` after the scan computes the batch again in logs, every score a
+compensated (hi, lo) pair (`_forward_pairs`, `_backward_pairs`): the
+precision of the compensated frame scan, which this module once called
+for the large magnitudes, without compiling a third recursion beside the
+two (the frame scan's slot tables and hub trees doubled the op's compile
+time). Deciding once, after the scan, keeps conditionals out of the loop
+body (on a GPU each one costs a host round-trip per frame), and counting
+only the states that have mass at this very frame (not those reachable
+in at most so many frames, as the distances of earlier versions did)
+keeps the second scan for inputs that need it: on the random 500-state
+graph of benchmarks/bench_dense.py no frame underflows, where the
+distances flagged 30 of its 1,000 frame steps.
 
-Inputs that read +inf or a magnitude beyond 2^20 are handed to the
-caller's `reference`, a frame scan (`_needs_reference`): linear scales
-cannot keep O(1) differences next to such numbers.
-
-Under `jax.vmap` over more axes the `lax.cond`s become selects, so both
-branches run: correct, at the cost of the log-space scan. The conds'
-predicates are reductions over the batch: on a batch sharded over an
-auto-axis mesh XLA all-reduces those booleans over the devices, and on an
-explicit-axis mesh (or inside `jax.shard_map`) each device decides for its
-own utterances.
+Under `jax.vmap` over more axes the `lax.cond` becomes a select, so both
+branches run: correct, at the cost of the scan in pairs. Its predicate
+is a reduction over the batch: on a batch sharded over an auto-axis mesh
+XLA all-reduces that boolean over the devices, and on an explicit-axis
+mesh (or inside `jax.shard_map`) each device decides for its own
+utterances.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ __all__ = ["score_op"]
 # far above the smallest normal float, so the terms lost below it are
 # negligible next to it.
 _TINY = {np.dtype(np.float32): 1e-25, np.dtype(np.float64): 1e-200}
-_LARGE = 2.0**20  # beyond this magnitude, the compensated reference runs
+_LARGE = 2.0**20  # beyond this magnitude, the scan in pairs runs
 
 
 class _Graph(NamedTuple):
@@ -94,14 +96,6 @@ def _segment(
     if index.shape[0] == 1:
         return jax.vmap(lambda v: fn(v, index[0]))(values)
     return jax.vmap(fn)(values, index)
-
-
-def _segment_log_sum(values: jax.Array, index: jax.Array, count: int) -> jax.Array:
-    """log Σ exp per segment, [B, count]; -inf for an empty one."""
-    top = jax.lax.stop_gradient(_segment(jax.ops.segment_max, values, index, count))
-    top = jnp.where(jnp.isfinite(top), top, 0.0)
-    sums = _segment(jax.ops.segment_sum, jnp.exp(values - _gather(top, index)), index, count)
-    return top + _safe_log(sums)
 
 
 def _normalised_log(sums: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -213,28 +207,6 @@ def _leak_linear(values: jax.Array, leak: jax.Array | None) -> jax.Array:
     return values + leak * jnp.sum(values, axis=-1, keepdims=True)
 
 
-def _log_add(a: jax.Array, b: jax.Array) -> jax.Array:
-    """log(exp a + exp b); -inf where both are -inf, with a gradient free of
-    NaN there (logaddexp's is NaN)."""
-    top = jax.lax.stop_gradient(jnp.maximum(a, b))
-    top = jnp.where(jnp.isfinite(top), top, 0.0)
-    return top + _safe_log(jnp.exp(a - top) + jnp.exp(b - top))
-
-
-def _leak_log(logs: jax.Array, leak: jax.Array | None) -> jax.Array:
-    """The same in logs."""
-    if leak is None:
-        return logs
-    return _log_add(logs, _safe_log(leak) + _log_sum(logs)[:, None])
-
-
-def _leak_log_transposed(logs: jax.Array, leak: jax.Array | None) -> jax.Array:
-    """log(b + (leak · b) 1) from log b [B, S]: the leak's transpose."""
-    if leak is None:
-        return logs
-    return _log_add(logs, _log_sum(logs + _safe_log(leak))[:, None])
-
-
 def _floored_exp(logs: jax.Array) -> jax.Array:
     """exp(logs) of logs <= 0, at least the smallest normal number where
     logs > -inf (and NaN at NaN): so that a factor of a term is 0 only
@@ -270,35 +242,29 @@ def _lost_at_start(logs: jax.Array, active: jax.Array, tiny: float) -> jax.Array
 
 
 def _forward(
-    g: _Graph, frames: _Frames, lengths: jax.Array, tiny: float, keep: bool, exact: bool
+    g: _Graph, frames: _Frames, lengths: jax.Array, tiny: float, keep: bool
 ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array]:
     """(the normalised log a_L [B, S], the summed log scales [B], with
     `keep` every normalised log a_t [T, B, S], and whether linear space
-    lost a state of mass at some frame). `exact`: every frame in logs
-    (nothing is lost)."""
+    lost a state of mass at some frame)."""
     batch, num_states = g.weight.shape[0], g.num_states
     start = jnp.zeros((batch, num_states), g.weight.dtype).at[:, 0].set(1.0)
     alpha, scale = _normalised_log(_leak_linear(start, g.leak))
     zero = jnp.zeros_like(scale)
 
     def step(carry: Any, inputs: tuple[jax.Array, ...]) -> tuple[Any, jax.Array | None]:
-        # alpha: logs (the exact step reads them); linear: their exp.
+        # alpha: logs (what the backward pass keeps); linear: their exp.
         alpha, linear, (hi, lo), lost = carry
-        t, frame, top, emission = inputs
+        t, top, emission = inputs
         active = t < lengths
-        if exact:
-            terms = _gather(alpha, g.src) + g.log_weight + _gather(frame, g.column)
-            new, increment = _shifted(_leak_log(_segment_log_sum(terms, g.dst, num_states), g.leak))
-            new_linear = linear
-        else:
-            factors = (_gather(linear, g.src), g.weight, _gather(emission, g.column))
-            terms = _with_marks(factors[0] * factors[1] * factors[2], *factors)
-            sums = _leak_linear(_segment(jax.ops.segment_sum, terms, g.dst, num_states), g.leak)
-            most = jax.lax.stop_gradient(jnp.max(sums, axis=-1))
-            new_linear = sums / jnp.where(most > 0, most, 1.0)[:, None]
-            new = _safe_log(new_linear)
-            increment = _safe_log(most) + top + g.top_weight
-            lost = lost | _underflows(sums, active, tiny)
+        factors = (_gather(linear, g.src), g.weight, _gather(emission, g.column))
+        terms = _with_marks(factors[0] * factors[1] * factors[2], *factors)
+        sums = _leak_linear(_segment(jax.ops.segment_sum, terms, g.dst, num_states), g.leak)
+        most = jax.lax.stop_gradient(jnp.max(sums, axis=-1))
+        new_linear = sums / jnp.where(most > 0, most, 1.0)[:, None]
+        new = _safe_log(new_linear)
+        increment = _safe_log(most) + top + g.top_weight
+        lost = lost | _underflows(sums, active, tiny)
         hi_new, lo_new = compensated.add(hi, lo, increment)
         keep_old = lambda new, old: jnp.where(
             active.reshape((-1,) + (1,) * (old.ndim - 1)), new, old
@@ -311,7 +277,7 @@ def _forward(
         )
         return carry, alpha if keep else None
 
-    steps = (jnp.arange(frames.logs.shape[0], dtype=jnp.int32), *frames[:3])
+    steps = (jnp.arange(frames.logs.shape[0], dtype=jnp.int32), frames.top, frames.linear)
     lost = _lost_at_start(alpha, lengths > 0, tiny)
     init = (alpha, jnp.exp(alpha), compensated.add(zero, zero, scale), lost)
     # Inside jax.shard_map the start is a constant that meets per-device
@@ -319,6 +285,12 @@ def _forward(
     init = varying_like(init, steps, g.weight)
     (alpha, _, (hi, lo), lost), kept = jax.lax.scan(step, init, steps)
     return alpha, hi + lo, kept, lost
+
+
+def _columns(posterior: jax.Array, column: jax.Array, num_columns: int) -> jax.Array:
+    """Arc posteriors [B, A] summed per emission column, [B, V] (the
+    padding column V dropped)."""
+    return _segment(jax.ops.segment_sum, posterior, column, num_columns + 1)[:, :num_columns]
 
 
 def _total(alpha: jax.Array, scale: jax.Array, final_weight: jax.Array) -> jax.Array:
@@ -333,51 +305,37 @@ def _backward(
     alphas: jax.Array,
     tiny: float,
     wanted: tuple[bool, bool],
-    exact: bool,
 ) -> tuple[jax.Array | None, jax.Array | None, jax.Array]:
     """(arc posteriors summed over frames [B, A], column posteriors
     [B, T, V], whether linear space lost a state of mass at some frame)
     from the kept log a_t [T, B, S]; each posterior only if `wanted` (None
-    otherwise). `exact`: every frame in logs."""
+    otherwise)."""
     want_arcs, want_columns = wanted
     num_states = g.num_states
     num_columns = frames.logs.shape[-1] - 1
     beta, _ = _shifted(final_weight)
 
     def step(carry: Any, inputs: tuple[jax.Array, ...]) -> tuple[Any, jax.Array | None]:
-        # beta: logs of b_{t+1} (the exact step reads them); linear: their exp.
+        # beta: logs of b_{t+1}; linear: their exp.
         beta, linear, arc_sum, lost = carry
-        t, frame, _, emission, alpha = inputs
+        t, emission, alpha = inputs
         active = t < lengths
-        if exact:
-            terms = g.log_weight + _gather(frame, g.column)
-            terms = terms + _gather(_leak_log_transposed(beta, g.leak), g.dst)
-            log_sums = _segment_log_sum(terms, g.src, num_states)
-            at_src = _gather(log_sums, g.src)
-            share = jnp.exp(terms - jnp.where(jnp.isfinite(at_src), at_src, 0.0))
-            new, _ = _shifted(log_sums)
-            new_linear = linear
-            posterior = _gather(_softmax(alpha + new), g.src) * share
-        else:
-            after = linear  # b_{t+1} through the leak transposed: b + (leak · b) 1
-            if g.leak is not None:
-                after = linear + jnp.sum(g.leak * linear, axis=-1, keepdims=True)
-            factors = (g.weight, _gather(emission, g.column), _gather(after, g.dst))
-            # The marks move the posteriors as little as the sums.
-            terms = _with_marks(factors[0] * factors[1] * factors[2], *factors)
-            sums = _segment(jax.ops.segment_sum, terms, g.src, num_states)
-            most = jax.lax.stop_gradient(jnp.max(sums, axis=-1))
-            new_linear = sums / jnp.where(most > 0, most, 1.0)[:, None]
-            new = _safe_log(new_linear)
-            # posterior = occupancy(src) * terms / sums[src]: one gather of a
-            # per-state ratio (sums >= tiny where occupied, or recomputed).
-            posterior = terms * _gather(_occupancy_per_sum(alpha, new, sums, most), g.src)
-            lost = lost | _underflows(sums, active, tiny)
+        after = linear  # b_{t+1} through the leak transposed: b + (leak · b) 1
+        if g.leak is not None:
+            after = linear + jnp.sum(g.leak * linear, axis=-1, keepdims=True)
+        factors = (g.weight, _gather(emission, g.column), _gather(after, g.dst))
+        # The marks move the posteriors as little as the sums.
+        terms = _with_marks(factors[0] * factors[1] * factors[2], *factors)
+        sums = _segment(jax.ops.segment_sum, terms, g.src, num_states)
+        most = jax.lax.stop_gradient(jnp.max(sums, axis=-1))
+        new_linear = sums / jnp.where(most > 0, most, 1.0)[:, None]
+        new = _safe_log(new_linear)
+        # posterior = occupancy(src) * terms / sums[src]: one gather of a
+        # per-state ratio (sums >= tiny where occupied, or recomputed).
+        posterior = terms * _gather(_occupancy_per_sum(alpha, new, sums, most), g.src)
+        lost = lost | _underflows(sums, active, tiny)
         posterior = jnp.where(active[:, None], posterior, 0.0)
-        columns = None
-        if want_columns:
-            columns = _segment(jax.ops.segment_sum, posterior, g.column, num_columns + 1)
-            columns = columns[:, :num_columns]
+        columns = _columns(posterior, g.column, num_columns) if want_columns else None
         carry = (
             jnp.where(active[:, None], new, beta),
             jnp.where(active[:, None], new_linear, linear),
@@ -386,7 +344,7 @@ def _backward(
         )
         return carry, columns
 
-    steps = (jnp.arange(frames.logs.shape[0], dtype=jnp.int32), *frames[:3], alphas)
+    steps = (jnp.arange(frames.logs.shape[0], dtype=jnp.int32), frames.linear, alphas)
     arc_sum = jnp.zeros(g.weight.shape, g.weight.dtype) if want_arcs else None
     lost = _lost_at_start(beta, lengths > 0, tiny)
     init = varying_like((beta, jnp.exp(beta), arc_sum, lost), steps, g.weight)
@@ -394,7 +352,171 @@ def _backward(
     return arc_sum, None if columns is None else jnp.moveaxis(columns, 0, 1), lost
 
 
-def _needs_reference(diff: dense_ops.Diff, arcs: dense_ops.Arcs, frames: _Frames) -> jax.Array:
+# -- the recomputation in logs, every score a compensated pair ---------------------
+#
+# A batch that loses a state of mass to linear space, or reads +inf or a
+# magnitude beyond 2^20, is computed again by these two scans: every score
+# a (hi, lo) pair (`core/compensated.py`), each arc's term α ⊗ w ⊗ e added
+# by TwoSum and each state's sum shifted by its largest pair, so that a
+# -1e9 mask or a 2^30 weight keeps the O(1) differences between paths
+# (the frame scan's precision, at the cost of an exp per arc), and +inf
+# or -inf follow the semiring (a +inf read on a path gives +inf).
+
+Pair = compensated.Pair
+
+
+def _segment_log_sum_pairs(terms: Pair, index: jax.Array, count: int) -> Pair:
+    """log Σ exp per segment of terms [B, A], as a pair [B, count]: -inf
+    for an empty segment, +inf where a term is, NaN where one is."""
+    hi, lo = terms
+    top_hi = _segment(jax.ops.segment_max, hi, index, count)
+    at_top = hi == _gather(top_hi, index)
+    top_lo = _segment(jax.ops.segment_max, jnp.where(at_top, lo, -jnp.inf), index, count)
+    finite = jnp.isfinite(top_hi)
+    top = (jnp.where(finite, top_hi, 0.0), jnp.where(finite, top_lo, 0.0))
+    # hi - top is exact (Sterbenz) for the terms within a factor of two of
+    # the top, the only ones exp does not take to 0.
+    exponent = (hi - _gather(top[0], index)) + (lo - _gather(top[1], index))
+    sums = _segment(jax.ops.segment_sum, jnp.exp(exponent), index, count)
+    return compensated.add(top[0], top[1], compensated.log_total(sums))
+
+
+def _log_sum_pairs(pairs: Pair) -> Pair:
+    """log Σ exp of each row of pairs [B, S], as a pair [B]."""
+    return compensated.log_sum_pair(*pairs, axis=-1)
+
+
+def _log_add_pairs(a: Pair, b: Pair) -> Pair:
+    """log(exp a + exp b), elementwise (broadcast)."""
+    shape = jnp.broadcast_shapes(a[0].shape, b[0].shape)
+    stack = lambda x, y: jnp.stack([jnp.broadcast_to(x, shape), jnp.broadcast_to(y, shape)], -1)
+    return compensated.log_sum_pair(stack(a[0], b[0]), stack(a[1], b[1]), axis=-1)
+
+
+def _times(pairs: Pair, value: jax.Array) -> Pair:
+    """pairs ⊗ value (-inf annihilates +inf), as a pair."""
+    return compensated.add(pairs[0], pairs[1], value)
+
+
+def _shifted_pairs(pairs: Pair) -> tuple[Pair, Pair]:
+    """(pairs - top, top) per row of [B, S] pairs, top the largest pair
+    (-inf for an all -inf row, left as it is; NaN for a row with NaN)."""
+    (top_hi, top_lo), _ = compensated.max_pair(*pairs, axis=-1)
+    finite = jnp.isfinite(top_hi)
+    safe = (jnp.where(finite, top_hi, 0.0), jnp.where(finite, top_lo, 0.0))
+    shifted = compensated.add_pairs(pairs, (-safe[0][:, None], -safe[1][:, None]))
+    return shifted, (top_hi, jnp.where(finite, top_lo, 0.0))
+
+
+def _softmax_pairs(pairs: Pair) -> jax.Array:
+    """Softmax of each row of pairs [B, S]; all zeros for a row without a
+    finite entry (no path)."""
+    (hi, lo), (top_hi, _) = _shifted_pairs(pairs)
+    found = jnp.isfinite(top_hi)[:, None]
+    weights = jnp.exp(jnp.where(found, hi + lo, -jnp.inf))
+    total = jnp.sum(weights, axis=-1, keepdims=True)
+    return weights / jnp.where(total > 0, total, 1.0)
+
+
+def _leak_pairs(pairs: Pair, leak: jax.Array | None) -> Pair:
+    """log(a + leak · Σ a) from log a [B, S] (the leak in logs)."""
+    if leak is None:
+        return pairs
+    total_hi, total_lo = _log_sum_pairs(pairs)
+    leaked = _times((total_hi[:, None], total_lo[:, None]), _safe_log(leak))
+    return _log_add_pairs(pairs, leaked)
+
+
+def _leak_transposed_pairs(pairs: Pair, leak: jax.Array | None) -> Pair:
+    """log(b + (leak · b) 1) from log b [B, S]: the leak's transpose."""
+    if leak is None:
+        return pairs
+    total_hi, total_lo = _log_sum_pairs(_times(pairs, _safe_log(leak)))
+    return _log_add_pairs(pairs, (total_hi[:, None], total_lo[:, None]))
+
+
+def _forward_pairs(g: _Graph, frames: _Frames, lengths: jax.Array) -> tuple[Pair, Pair, Pair]:
+    """(the normalised log a_L [B, S], the summed log scales [B], every
+    normalised log a_t [T, B, S]), all pairs, every frame in logs."""
+    batch, num_states = g.weight.shape[0], g.num_states
+    start = jnp.full((batch, num_states), -jnp.inf, g.weight.dtype).at[:, 0].set(0.0)
+    alpha, scale = _shifted_pairs(_leak_pairs((start, jnp.zeros_like(start)), g.leak))
+
+    def step(carry: Any, inputs: tuple[jax.Array, ...]) -> tuple[Any, Pair]:
+        alpha, scale = carry
+        t, frame = inputs
+        active = t < lengths
+        terms = _times((_gather(alpha[0], g.src), _gather(alpha[1], g.src)), g.log_weight)
+        terms = _times(terms, _gather(frame, g.column))
+        sums = _leak_pairs(_segment_log_sum_pairs(terms, g.dst, num_states), g.leak)
+        new, increment = _shifted_pairs(sums)
+        keep_old = lambda new, old: jnp.where(
+            active.reshape((-1,) + (1,) * (old.ndim - 1)), new, old
+        )
+        carry = jax.tree.map(keep_old, (new, compensated.add_pairs(scale, increment)), carry)
+        return carry, alpha
+
+    steps = (jnp.arange(frames.logs.shape[0], dtype=jnp.int32), frames.logs)
+    init = varying_like((alpha, scale), steps, g.weight)
+    (alpha, scale), kept = jax.lax.scan(step, init, steps)
+    return alpha, scale, kept
+
+
+def _total_pairs(alpha: Pair, scale: Pair, final_weight: jax.Array) -> jax.Array:
+    hi, lo = compensated.add_pairs(scale, _log_sum_pairs(_times(alpha, final_weight)))
+    return hi + lo
+
+
+def _backward_pairs(
+    g: _Graph,
+    frames: _Frames,
+    lengths: jax.Array,
+    final_weight: jax.Array,
+    alphas: Pair,
+    wanted: tuple[bool, bool],
+) -> tuple[jax.Array | None, jax.Array | None]:
+    """`_backward`'s posteriors from the kept pairs log a_t [T, B, S],
+    every frame in logs."""
+    want_arcs, want_columns = wanted
+    num_states = g.num_states
+    num_columns = frames.logs.shape[-1] - 1
+    beta, _ = _shifted_pairs((final_weight, jnp.zeros_like(final_weight)))
+
+    def step(carry: Any, inputs: tuple[Any, ...]) -> tuple[Any, jax.Array | None]:
+        beta, arc_sum = carry  # beta: the normalised log b_{t+1}
+        t, frame, alpha = inputs
+        active = t < lengths
+        after = _leak_transposed_pairs(beta, g.leak)
+        terms = compensated.two_sum(g.log_weight, _gather(frame, g.column))
+        terms = compensated.add_pairs(terms, (_gather(after[0], g.dst), _gather(after[1], g.dst)))
+        sums = _segment_log_sum_pairs(terms, g.src, num_states)
+        # Each arc's share of its source's sum, exp(term - sum): 0 where
+        # the sum is -inf (so is every term).
+        at_src = (_gather(sums[0], g.src), _gather(sums[1], g.src))
+        finite = jnp.isfinite(at_src[0])
+        exponent = (terms[0] - jnp.where(finite, at_src[0], 0.0)) + (
+            terms[1] - jnp.where(finite, at_src[1], 0.0)
+        )
+        new, _ = _shifted_pairs(sums)
+        occupancy = _softmax_pairs(compensated.add_pairs(alpha, new))
+        posterior = _gather(occupancy, g.src) * jnp.exp(exponent)
+        posterior = jnp.where(active[:, None], posterior, 0.0)
+        columns = _columns(posterior, g.column, num_columns) if want_columns else None
+        keep_old = lambda new, old: jnp.where(active[:, None], new, old)
+        carry = (jax.tree.map(keep_old, new, beta), arc_sum + posterior if want_arcs else None)
+        return carry, columns
+
+    steps = (jnp.arange(frames.logs.shape[0], dtype=jnp.int32), frames.logs, alphas)
+    arc_sum = jnp.zeros(g.weight.shape, g.weight.dtype) if want_arcs else None
+    init = varying_like((beta, arc_sum), steps, g.weight)
+    (_, arc_sum), columns = jax.lax.scan(step, init, steps, reverse=True)
+    return arc_sum, None if columns is None else jnp.moveaxis(columns, 0, 1)
+
+
+# -- the op ------------------------------------------------------------------------
+
+
+def _needs_pairs(diff: dense_ops.Diff, arcs: dense_ops.Arcs, frames: _Frames) -> jax.Array:
     """Whether the batch reads +inf or a finite magnitude beyond 2^20 (in a
     real arc's weight, a final weight or an emission within its length and
     read by an arc)."""
@@ -417,84 +539,65 @@ def _inputs(diff: dense_ops.Diff, aux: dense_ops.Aux) -> tuple[dense_ops.Arcs, j
     return arcs, lengths, _frames(diff[2], lengths, arcs.column)
 
 
-def _value(
-    leaky: bool, diff: dense_ops.Diff, arcs: dense_ops.Arcs, lengths: jax.Array, frames: _Frames
-) -> jax.Array:
+def _value(leaky: bool, diff: dense_ops.Diff, aux: dense_ops.Aux) -> jax.Array:
     _, final_weight, emissions = diff
+    arcs, lengths, frames = _inputs(diff, aux)
     g = _prepare(diff, arcs, leaky)
+    alpha, scale, _, lost = _forward(g, frames, lengths, _TINY[emissions.dtype], keep=False)
 
-    def run(exact: bool) -> tuple[jax.Array, jax.Array]:
-        alpha, scale, _, lost = _forward(
-            g, frames, lengths, _TINY[emissions.dtype], keep=False, exact=exact
-        )
-        return _total(alpha, scale, final_weight), lost
+    def in_pairs() -> jax.Array:
+        alpha, scale, _ = _forward_pairs(g, frames, lengths)
+        return _total_pairs(alpha, scale, final_weight)
 
-    total, lost = run(exact=False)
     # Decided once, after the scan: a cond inside it would cost a GPU a
     # host round-trip per frame.
-    return jax.lax.cond(lost, lambda: run(exact=True)[0], lambda: total)
+    return jax.lax.cond(
+        lost | _needs_pairs(diff, arcs, frames),
+        in_pairs,
+        lambda: _total(alpha, scale, final_weight),
+    )
 
 
 def _value_and_grads(
-    leaky: bool,
-    wanted: tuple[bool, ...],
-    diff: dense_ops.Diff,
-    arcs: dense_ops.Arcs,
-    lengths: jax.Array,
-    frames: _Frames,
+    leaky: bool, diff: dense_ops.Diff, aux: dense_ops.Aux, wanted: tuple[bool, ...]
 ) -> tuple[jax.Array, tuple[jax.Array | None, ...]]:
     _, final_weight, emissions = diff
+    arcs, lengths, frames = _inputs(diff, aux)
     tiny = _TINY[emissions.dtype]
     g = _prepare(diff, arcs, leaky)
+    Grads = tuple[jax.Array | None, ...]
 
-    def run(exact: bool) -> tuple[tuple[jax.Array, tuple[jax.Array | None, ...]], jax.Array]:
-        alpha, scale, alphas, lost = _forward(g, frames, lengths, tiny, keep=True, exact=exact)
+    def linear() -> tuple[tuple[jax.Array, Grads], jax.Array]:
+        alpha, scale, alphas, lost = _forward(g, frames, lengths, tiny, keep=True)
         assert alphas is not None
-        total = _total(alpha, scale, final_weight)
         arc_grad, emission_grad, lost_back = _backward(
-            g, frames, lengths, final_weight, alphas, tiny, (wanted[0], wanted[2]), exact
+            g, frames, lengths, final_weight, alphas, tiny, (wanted[0], wanted[2])
         )
         final_grad = _softmax(alpha + final_weight) if wanted[1] else None
+        total = _total(alpha, scale, final_weight)
         return (total, (arc_grad, final_grad, emission_grad)), lost | lost_back
 
-    fast, lost = run(exact=False)
-    total, grads = jax.lax.cond(lost, lambda: run(exact=True)[0], lambda: fast)
+    def in_pairs() -> tuple[jax.Array, Grads]:
+        alpha, scale, alphas = _forward_pairs(g, frames, lengths)
+        arc_grad, emission_grad = _backward_pairs(
+            g, frames, lengths, final_weight, alphas, (wanted[0], wanted[2])
+        )
+        final_grad = _softmax_pairs(_times(alpha, final_weight)) if wanted[1] else None
+        return _total_pairs(alpha, scale, final_weight), (arc_grad, final_grad, emission_grad)
+
+    fast, lost = linear()
+    total, grads = jax.lax.cond(lost | _needs_pairs(diff, arcs, frames), in_pairs, lambda: fast)
     return total, derivatives.undefined_to_nan(total, grads, inf_undefined=True)
 
 
 @functools.cache
-def score_op(
-    reference_value: dense_ops.ValueFn, reference: derivatives.ValueAndGrad, leaky: bool
-) -> derivatives.ScoreOp:
+def score_op(leaky: bool) -> derivatives.ScoreOp:
     """The LOG dense total [B] over (weight [B, A], final weight [B, S],
     emissions [B, T, V]) as a `derivatives.ScoreOp`; aux = (arcs, lengths,
-    ...) as `dense_ops` takes them. `reference_value` and `reference` (the
-    compensated scan's value, and value and gradients) serve batches that
-    read +inf or magnitudes beyond 2^20; `leaky`: apply `arcs.leak`
-    (Kaldi's leaky HMM)."""
-
-    def value(diff: dense_ops.Diff, aux: dense_ops.Aux) -> jax.Array:
-        arcs, lengths, frames = _inputs(diff, aux)
-        return jax.lax.cond(
-            _needs_reference(diff, arcs, frames),
-            lambda: reference_value(diff, aux),
-            lambda: _value(leaky, diff, arcs, lengths, frames),
-        )
-
-    def value_and_some_grads(
-        diff: dense_ops.Diff, aux: dense_ops.Aux, wanted: tuple[bool, ...]
-    ) -> tuple[jax.Array, tuple[jax.Array | None, ...]]:
-        def referenced() -> tuple[jax.Array, tuple[jax.Array | None, ...]]:
-            total, grads = reference(diff, aux)
-            return total, derivatives.keep_wanted(grads, wanted)
-
-        arcs, lengths, frames = _inputs(diff, aux)
-        return jax.lax.cond(
-            _needs_reference(diff, arcs, frames),
-            referenced,
-            lambda: _value_and_grads(leaky, wanted, diff, arcs, lengths, frames),
-        )
-
+    ...) as `dense_ops` takes them. `leaky`: apply `arcs.leak` (Kaldi's
+    leaky HMM)."""
     return derivatives.ScoreOp(
-        value, derivatives.every_grad(value_and_some_grads), value_and_some_grads
+        functools.partial(_value, leaky),
+        derivatives.every_grad(functools.partial(_value_and_grads, leaky)),
+        functools.partial(_value_and_grads, leaky),
     )

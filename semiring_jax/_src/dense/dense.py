@@ -141,16 +141,6 @@ def _scan_value_and_grads(
 
 
 @functools.cache
-def _arc_scan_op() -> derivatives.ScoreOp:
-    """The portable LOG total, with the frame scan as its reference."""
-    return arc_scan.score_op(
-        functools.partial(_scan_value, LOG),
-        functools.partial(_scan_value_and_grads, LOG),
-        leaky=False,
-    )
-
-
-@functools.cache
 def _kernel_op(semiring: Semiring) -> derivatives.ScoreOp:
     """The kernel's dense total (LOG or TROPICAL) as a `derivatives.ScoreOp`
     over (weight [B, A], final weight [B, S], emissions [B, T, V])."""
@@ -187,7 +177,7 @@ def kernel_total(
 def _arc_scan_total(graph: Fsa, emissions: jax.Array, lengths: jax.Array) -> jax.Array:
     """`dense_tot_score` [B] in LOG by the arc scan (`arc_scan.py`)."""
     diff, arcs = kernel_inputs(graph, emissions)
-    return derivatives.score(_arc_scan_op(), diff, (arcs, lengths, graph))
+    return derivatives.score(arc_scan.score_op(leaky=False), diff, (arcs, lengths, graph))
 
 
 def _frame_scan_totals(

@@ -34,8 +34,7 @@ def _reference_value(diff: dense_ops.Diff, aux: dense_ops.Aux) -> jax.Array:
     return leaky.scan_value_and_grads(diff, aux)[0]
 
 
-# Off the kernel: the arc scan, with the leaky segment scan as its reference.
-_PORTABLE = arc_scan.score_op(_reference_value, leaky.scan_value_and_grads, leaky=True)
+_PORTABLE = arc_scan.score_op(leaky=True)  # off the kernel
 
 
 def _kernel_value_and_some_grads(

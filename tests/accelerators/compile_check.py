@@ -63,6 +63,10 @@ OPS = [
     "forced_align",
     "rnnt_align",
     "edit_distance",
+    # Not an op: the pruned transducer pipeline (0.5 simple + pruned loss,
+    # the ranges between), whose TPU program shares the simple loss's scan
+    # with the ranges'.
+    "rnnt_pruned_pipeline",
 ]
 B = 2  # utterances
 
@@ -153,6 +157,13 @@ def _cases() -> dict[str, tuple[Callable[..., Any], tuple[Any, ...], tuple[int, 
     def pruned(logits, frame_lengths, labels, label_lengths, ranges):
         return sj.rnnt_loss_pruned(logits, frame_lengths, labels, label_lengths, ranges).sum()
 
+    def pipeline(am, lm, frame_lengths, labels, label_lengths):
+        lengths = (frame_lengths, labels, label_lengths)
+        ranges = sj.rnnt_prune_ranges(am, lm, *lengths, 2)
+        am_pruned, lm_pruned = sj.rnnt_prune(am, lm, ranges)
+        pruned = sj.rnnt_loss_pruned(am_pruned + lm_pruned, *lengths, ranges)
+        return (0.5 * sj.rnnt_loss_simple(am, lm, *lengths) + pruned).sum()
+
     transducer = (lengths, labels, label_lengths)
     log_softmax = lambda x: np.asarray(jax.nn.log_softmax(x, axis=-1))
     emissions = log_softmax(normal(B, 8, 2))
@@ -174,6 +185,7 @@ def _cases() -> dict[str, tuple[Callable[..., Any], tuple[Any, ...], tuple[int, 
         "rnnt_loss_simple": (simple, (am, lm, *transducer), (0, 1)),
         "rnnt_loss_smoothed": (smoothed, (am, lm, *transducer), (0, 1)),
         "rnnt_loss_pruned": (pruned, (normal(B, 8, 2, 5), *transducer, ranges.astype(i32)), (0,)),
+        "rnnt_pruned_pipeline": (pipeline, (am, lm, *transducer), (0, 1)),
         # Decoding: values only.
         "viterbi_decode": (sj.viterbi_decode, (graph, emissions, lengths), None),
         "forced_align": (sj.forced_align, (emissions, lengths, labels[:, :1], lengths // 8), None),

@@ -107,6 +107,11 @@ def test_the_public_ops_compile_for_a_tpu():
     assert {line["device"] for line in lines} == {"TPU v5 lite"}
     _assert_all_compiled(lines)
     _assert_lean_loops(lines)
+    # The pruned pipeline: the simple loss's scan and the ranges' are one
+    # (the same moves, computed alike), then the pruned loss's: two loops
+    # of T + U = 8 + 3 steps.
+    (pipeline,) = [line for line in lines if line["op"] == "rnnt_pruned_pipeline"]
+    assert [loop["trips"] for loop in pipeline["loops"]].count(11) == 2, pipeline["loops"]
 
 
 @pytest.mark.slow  # a 570 MB install (the CUDA plugin and ptxas); ~40 s to compile

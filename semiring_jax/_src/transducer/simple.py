@@ -99,6 +99,7 @@ def _label_terms(am: jax.Array, lm: jax.Array, labels: jax.Array) -> tuple[jax.A
     return _label_columns(am, labels), label_lm
 
 
+@jax.custom_jvp
 def _normalisers(am: jax.Array, lm: jax.Array) -> jax.Array:
     """log Σ_v exp(am[b, t, v] + lm[b, u, v]) [B, T, U+1] of row-shifted
     am [B, T, V] and lm [B, U+1, V] (`_row_shifted`: each row's max is 0).
@@ -110,16 +111,52 @@ def _normalisers(am: jax.Array, lm: jax.Array) -> jax.Array:
     below the rows' maxima: the loss was 1252.6 for 1223.1), and those
     nodes take the exact log-sum-exp instead (`_exact_normalisers`: a
     [B, U+1, V] sum per frame, the joiner's cost). `lax.cond` runs it only
-    when some node needs it (under `vmap` a cond runs both branches)."""
-    # HIGHEST: the default is one bfloat16 pass on a TPU (TF32 on recent
-    # GPUs), ~1e-2 off in the gradient once the sum is logged.
-    products = jnp.einsum("btv,buv->btu", jnp.exp(am), jnp.exp(lm), precision=_HIGHEST)
-    info = jnp.finfo(am.dtype)
-    normalisers = jnp.log(products + info.tiny)
-    suspect = products < am.shape[2] * info.tiny / info.eps  # NaN is not: it stays
+    when some node needs it (under `vmap` a cond runs both branches).
+
+    The derivative is written out (`_normalisers_jvp`) so that the value
+    is computed as without one: differentiated, the `lax.cond` became
+    another (returning residuals too), the simple loss's move log-probs
+    came from a different program than `rnnt_prune_ranges`'s, and XLA
+    could not share the two T + U step scans that read them."""
+    products = _products(am, lm)
+    normalisers = jnp.log(products + jnp.finfo(am.dtype).tiny)
+    suspect = _suspect(products, am.shape[2])
     return jax.lax.cond(
         jnp.any(suspect), _with_exact, lambda *args: args[-1], am, lm, suspect, normalisers
     )
+
+
+def _products(am: jax.Array, lm: jax.Array) -> jax.Array:
+    """Σ_v exp(am[b, t, v] + lm[b, u, v]) [B, T, U+1], as a matrix product."""
+    # HIGHEST: the default is one bfloat16 pass on a TPU (TF32 on recent
+    # GPUs), ~1e-2 off in the gradient once the sum is logged.
+    return jnp.einsum("btv,buv->btu", jnp.exp(am), jnp.exp(lm), precision=_HIGHEST)
+
+
+def _suspect(products: jax.Array, vocabulary: int) -> jax.Array:
+    """Where a product of `vocabulary` terms may have lost some to
+    underflow (NaN is not suspect: it stays)."""
+    info = jnp.finfo(products.dtype)
+    return products < vocabulary * info.tiny / info.eps
+
+
+@_normalisers.defjvp
+def _normalisers_jvp(
+    primals: tuple[jax.Array, jax.Array], tangents: tuple[jax.Array, jax.Array]
+) -> tuple[jax.Array, jax.Array]:
+    """The normalisers' tangent: d products / products, the exact
+    log-sum-exp's where a product is suspect (in a `lax.cond` of tangents
+    alone)."""
+    products, d_products = jax.jvp(_products, primals, tangents)
+    fast = d_products / (products + jnp.finfo(products.dtype).tiny)
+    suspect = _suspect(products, primals[0].shape[2])
+
+    def with_exact() -> jax.Array:
+        _, exact = jax.jvp(_exact_normalisers, primals, tangents)
+        return jnp.where(suspect, exact, fast)
+
+    tangent = jax.lax.cond(jnp.any(suspect), with_exact, lambda: fast)
+    return _normalisers(*primals), tangent
 
 
 def _with_exact(

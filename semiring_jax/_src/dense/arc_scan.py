@@ -353,14 +353,10 @@ def _backward(
 
 
 # -- the recomputation in logs, every score a compensated pair ---------------------
-#
-# A batch that loses a state of mass to linear space, or reads +inf or a
-# magnitude beyond 2^20, is computed again by these two scans: every score
-# a (hi, lo) pair (`core/compensated.py`), each arc's term α ⊗ w ⊗ e added
-# by TwoSum and each state's sum shifted by its largest pair, so that a
-# -1e9 mask or a 2^30 weight keeps the O(1) differences between paths
-# (the frame scan's precision, at the cost of an exp per arc), and +inf
-# or -inf follow the semiring (a +inf read on a path gives +inf).
+# (`core/compensated.py`): each arc's term α ⊗ w ⊗ e added by TwoSum, each
+# state's sum shifted by its largest pair, so that a -1e30 mask or a 2^30
+# weight keeps the O(1) differences between paths; +inf and -inf follow
+# the semiring (a +inf read on a path gives +inf).
 
 Pair = compensated.Pair
 

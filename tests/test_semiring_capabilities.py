@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import semiring_jax as sj
-from semiring_jax._src.dense import frame_scan, log_frame_scan
+from semiring_jax._src.dense import arc_scan, frame_scan, log_frame_scan
 from semiring_jax._src.kernels import loader
 from semiring_jax._src.scores import level_pairs, level_scan
 from semiring_jax._src.structural import determinize
@@ -226,7 +226,9 @@ def test_dense_paths_follow_the_declared_arithmetic(monkeypatch, builtin, copy, 
         )(emissions)
 
     want = scores(builtin)
-    targets = ((log_frame_scan, "forward"), (frame_scan, "_forward"))
+    # LOG's own compensated recursions: the frame scan's, and the arc
+    # scan's in pairs (the CPU kernel's reference in LOG).
+    targets = ((log_frame_scan, "forward"), (arc_scan, "_forward_pairs"), (frame_scan, "_forward"))
     with calls(monkeypatch, *targets) as generic:
         got_copy = scores(copy)
     with calls(monkeypatch, *targets) as log_scan:
@@ -234,9 +236,9 @@ def test_dense_paths_follow_the_declared_arithmetic(monkeypatch, builtin, copy, 
     for got in (got_copy, got_fast):
         for mine, theirs in zip(got, want):
             np.testing.assert_allclose(mine, theirs, rtol=1e-10, atol=1e-12)
-    assert generic["_forward"] and not generic["forward"]
-    if builtin is sj.LOG:  # only LOG has a compensated dense scan of its own
-        assert log_scan["forward"] and not log_scan["_forward"]
+    assert generic["_forward"] and not generic["forward"] and not generic["_forward_pairs"]
+    if builtin is sj.LOG:  # only LOG has compensated dense scans of its own
+        assert log_scan["forward"] + log_scan["_forward_pairs"] and not log_scan["_forward"]
 
 
 @pytest.mark.parametrize(

@@ -117,20 +117,11 @@ def _frame_scan_total(
     return frame_scan.total(semiring, slots, slot_weight, final_weight, emissions, length)
 
 
-def _scan_value(semiring: Semiring, diff: dense_ops.Diff, aux: dense_ops.Aux) -> jax.Array:
-    """The frame scan's totals [B]; aux = (arcs, lengths, graph)."""
-    _, lengths, graph = aux
-    graph_axis = 0 if graph.batch_shape else None
-    one = functools.partial(_frame_scan_total, semiring)
-    value: jax.Array = jax.vmap(one, in_axes=(0, 0, 0, 0, graph_axis))(*diff, lengths, graph)
-    return value
-
-
 def _scan_value_and_grads(
     semiring: Semiring, diff: dense_ops.Diff, aux: dense_ops.Aux
 ) -> tuple[jax.Array, dense_ops.Diff]:
     """The frame scan's (totals [B], gradients like `diff`), by autodiff:
-    the kernel's and the arc scan's reference. aux = (arcs, lengths,
+    the TROPICAL kernel's reference, and the tests'. aux = (arcs, lengths,
     graph)."""
     _, lengths, graph = aux
     graph_axis = 0 if graph.batch_shape else None

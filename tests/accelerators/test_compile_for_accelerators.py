@@ -120,3 +120,9 @@ def test_the_public_ops_compile_for_an_h100():
     assert {line["device"] for line in lines} == {"NVIDIA H100 80GB HBM3"}
     _assert_all_compiled(lines)
     _assert_lean_loops(lines)
+    # ctc_loss's loops and tot_score's each take two steps (α and β) an
+    # iteration in at most 5 launches: the step's kernel, the save, the
+    # carry's copy back, the loop's counter and its condition.
+    for op in ("ctc_loss", "tot_score"):
+        (line,) = [line for line in lines if line["op"] == op]
+        assert max(loop["per_iteration"] for loop in line["loops"]) <= 5, (op, line["loops"])

@@ -139,20 +139,36 @@ def _alpha_step(
     return jnp.where(active, new_hi, hi), jnp.where(active, new_lo, lo)
 
 
-def _beta_step(slots: Slots, beta: Pair, added: jax.Array, active: jax.Array) -> Pair:
+def _beta_step(slots: Slots, beta: Pair, pushed: Slotwise, active: jax.Array) -> Pair:
     """β before a frame [S] from β after it and the frame's slot weights +
-    emissions `added` [R, K] (kept where not `active`)."""
+    emissions read at each outgoing slot, `pushed` (`_pushed`; kept where
+    not `active`)."""
     beta_hi, beta_lo = beta
-    num_slots = added.shape[1]
+    num_slots = len(pushed) if isinstance(pushed, list) else pushed.shape[1]
     rows = _log_sum(
         *_add(
             push_destinations(beta_hi, slots, num_slots, _ZERO),
             push_destinations(beta_lo, slots, num_slots, 0.0),
-            push_columns(added, slots, _ZERO),
+            pushed,
         )
     )
     new_hi, new_lo = _states(rows, slots.out_tree)
     return jnp.where(active, new_hi, beta_hi), jnp.where(active, new_lo, beta_lo)
+
+
+def _pushed(slots: Slots, slot_weight: jax.Array, frame: jax.Array) -> Slotwise:
+    """`push_columns` of the slot weights + this frame's emissions [R, K].
+    A banded graph shifts the two inputs, not their sum: shifts of inputs
+    fuse into the step's kernel, where XLA would give shifts of a computed
+    sum kernels of their own."""
+    if slots.src is not None:
+        added = compensated.times(slot_weight, frame_scores(frame, slots))
+        return push_columns(added, slots, _ZERO)
+    scores = jnp.broadcast_to(frame_scores(frame, slots), slot_weight.shape)
+    weights = push_columns(slot_weight, slots, _ZERO)
+    emissions = push_columns(scores, slots, 0.0)
+    assert isinstance(weights, list) and isinstance(emissions, list)  # banded: columns
+    return [compensated.times(w, e) for w, e in zip(weights, emissions)]
 
 
 def total_pair(
@@ -214,7 +230,8 @@ def posterior_grads(
         posterior = jnp.where(active, posterior, jnp.zeros_like(posterior))
         slot_grad = slot_grad + posterior
         emission_grad = _columns(slots, posterior, num_columns, size)
-        beta_hi, beta_lo = _beta_step(slots, (beta_hi, beta_lo), added, active)
+        pushed = _pushed(slots, slot_weight, frame)
+        beta_hi, beta_lo = _beta_step(slots, (beta_hi, beta_lo), pushed, active)
         return (beta_hi, beta_lo, slot_grad), emission_grad
 
     frames = jnp.arange(emissions.shape[0], dtype=jnp.int32)
@@ -248,6 +265,11 @@ def state_posteriors(
     middle frame, and the second half forms each occupancy as soon as both
     of its scores exist, so what is held is what `forward` holds, [T, S]
     pairs, and the occupancies.
+
+    Each loop carries α and β packed into one [4, S] array (`_pack`) and
+    saves the carry it reads, whole: on a GPU an iteration launches a kernel
+    for each carried array it copies back and each array it saves, so one
+    array instead of four makes a step of two frames 5 launches, not 11.
     """
     assert slots.label is None  # per-state emissions [T, S]
     size = num_states(slots, slot_weight.shape[0])
@@ -265,21 +287,23 @@ def state_posteriors(
     def beta_before(beta: Pair, k: jax.Array | int) -> Pair:
         """β after frame k - 1, from β after frame k."""
         frame = jax.lax.dynamic_index_in_dim(emissions, k, keepdims=False)
-        added = compensated.times(slot_weight, frame_scores(frame, slots))  # [R, K]
-        return _beta_step(slots, beta, added, k < length)
+        return _beta_step(slots, beta, _pushed(slots, slot_weight, frame), k < length)
 
-    def first(carry: tuple[Pair, Pair], i: jax.Array) -> tuple[Any, Any]:
-        alpha, beta = carry  # α after frame i - 1, β after frame T - 1 - i
-        alpha = alpha_after(alpha, i)
-        return (alpha, beta_before(beta, num_frames - 1 - i)), (alpha, beta)
+    def first(packed: jax.Array, i: jax.Array) -> tuple[jax.Array, jax.Array]:
+        alpha, beta = _unpack(packed)  # α after frame i - 1, β after frame T - 1 - i
+        new = _pack(alpha_after(alpha, i), beta_before(beta, num_frames - 1 - i))
+        return new, packed  # what it read: a kernel saving `new` would recompute it
 
     beta_end = (
         varying_like(final_weight, emissions),
         varying_like(jnp.zeros_like(final_weight), emissions),
     )
     steps = jnp.arange(half, dtype=jnp.int32)
-    (alpha, beta), (alphas, betas) = jax.lax.scan(first, (start, beta_end), steps)
-    # alphas[k]: α after frame k < half; betas[k]: β after frame T - 1 - k.
+    packed, saved = jax.lax.scan(first, _pack(start, beta_end), steps)
+    alpha, beta = _unpack(packed)
+    # saved[k]: α after frame k - 1, β after frame T - 1 - k; α after frame
+    # half - 1 and β after frame T - 1 - half, as if saved[half], are `last`.
+    last = packed
     middle: list[jax.Array] = []
     if num_frames % 2:  # the middle frame, `half`, has both scores now
         alpha = alpha_after(alpha, half)
@@ -289,23 +313,47 @@ def state_posteriors(
     else:
         z = _log_sum_path(alpha, beta)  # α and β after frame half - 1
 
-    def second(carry: tuple[Pair, Pair], j: jax.Array) -> tuple[Any, Any]:
-        alpha, beta = carry  # α after frame i - 1, β after frame k
+    def second(packed: jax.Array, j: jax.Array) -> tuple[jax.Array, jax.Array]:
+        # The occupancies read the carry as it comes in, not the step's new
+        # scores, so that their kernel does not recompute the step.
+        alpha, beta = _unpack(packed)  # α after frame i - 1, β after frame k
         i, k = num_frames - half + j, half - 1 - j
-        alpha = alpha_after(alpha, i)
-        saved_beta = tuple(jax.lax.dynamic_index_in_dim(x, k, keepdims=False) for x in betas)
-        saved_alpha = tuple(jax.lax.dynamic_index_in_dim(x, k, keepdims=False) for x in alphas)
-        occupancies = (_occupancy(alpha, saved_beta, z), _occupancy(saved_alpha, beta, z))
-        return (alpha, beta_before(beta, k)), occupancies
+        # α after frame k and β after frame i - 1 are saved[k + 1] = saved[half
+        # - j]: `last` for j = 0, whose read (clamped into range) goes unused.
+        row = jax.lax.dynamic_index_in_dim(saved, half - j, keepdims=False)
+        saved_alpha, saved_beta = _unpack(jnp.where(j == 0, last, row))
+        later = _occupancy(alpha, saved_beta, z)  # frame i - 1
+        earlier = _occupancy(saved_alpha, beta, z)  # frame k
+        occupancies = jnp.stack([later, earlier])
+        return _pack(alpha_after(alpha, i), beta_before(beta, k)), occupancies
 
     if half:  # (a scan of no steps still traces its body, which indexes)
-        (alpha_end, _), (later, earlier) = jax.lax.scan(second, (alpha, beta), steps)
-        occupancy = jnp.concatenate([jnp.flip(earlier, 0), *middle, later])
+        packed, occupancies = jax.lax.scan(second, _pack(alpha, beta), steps)
+        alpha_end, _ = _unpack(packed)
+        # later[j]: frame T - half - 1 + j, which for j = 0 is `earlier`'s
+        # last or the middle frame; the last frame's β is the final weight.
+        later, earlier = occupancies[1:, 0], occupancies[:, 1]
+        final_frame = _occupancy(alpha_end, beta_end, z)[None]
+        occupancy = jnp.concatenate([jnp.flip(earlier, 0), *middle, later, final_frame])
     else:
         alpha_end, occupancy = alpha, jnp.concatenate(middle)
     (z_hi, z_lo), final_grad = _total_and_stops(alpha_end, final_weight)
     active = (jnp.arange(num_frames, dtype=jnp.int32) < length)[:, None]
     return (z_hi, z_lo), final_grad, jnp.where(active, occupancy, jnp.zeros_like(occupancy))
+
+
+def _pack(alpha: Pair, beta: Pair) -> jax.Array:
+    """[4, S]: α hi, α lo, β hi, β lo. Selected row by row, not stacked:
+    XLA compiles a stack of the four into one kernel branch per row, each
+    recomputing its pair's step (twice the code, and compile time), where a
+    select computes the step once."""
+    row = jnp.arange(4)[:, None]
+    a_hi, a_lo, b_hi, b_lo = (x[None] for x in (*alpha, *beta))
+    return jnp.where(row < 2, jnp.where(row == 0, a_hi, a_lo), jnp.where(row == 2, b_hi, b_lo))
+
+
+def _unpack(packed: jax.Array) -> tuple[Pair, Pair]:
+    return (packed[0], packed[1]), (packed[2], packed[3])
 
 
 def _path(alpha: Pair, beta: Pair) -> Pair:

@@ -42,6 +42,13 @@ def _append(values: ArrayLeaf, *fills: float) -> jax.Array:
     return jnp.concatenate([values, jnp.asarray(fills, values.dtype)])
 
 
+# A level's LOG ⊕ over at most this many slots runs as elementwise columns:
+# one kernel per level on a GPU, where a reduction over an axis takes two
+# (the maximum, then the sum). Levels are narrow (C positions), so the
+# unrolled columns stay small; wider in-degrees reduce over the axis.
+_COLUMNS_UP_TO = 16
+
+
 def _reduce(hi: jax.Array, lo: jax.Array, axis: int, tropical: bool) -> tuple[Pair, Any]:
     """⊕ along `axis`: log-sum-exp, or the largest pair and its index."""
     if tropical:
@@ -49,32 +56,87 @@ def _reduce(hi: jax.Array, lo: jax.Array, axis: int, tropical: bool) -> tuple[Pa
     return compensated.log_sum_pair(hi, lo, axis), None
 
 
+def _log_sum_slots(hi: jax.Array, lo: jax.Array, first: Pair | None = None) -> Pair:
+    """LOG ⊕ of a level's slots [C, K], and of `first` [C] if given."""
+    his, los = [hi[:, k] for k in range(hi.shape[1])], [lo[:, k] for k in range(lo.shape[1])]
+    if first is not None:
+        his, los = [first[0], *his], [first[1], *los]
+    if len(his) <= _COLUMNS_UP_TO:
+        return compensated.log_sum_columns(his, los)
+    return compensated.log_sum_pair(jnp.stack(his, 1), jnp.stack(los, 1), axis=1)
+
+
+# The recursions carry each score array as one packed [2, N] array (hi,
+# lo) and write each level into it with one dynamic_update_slice: on a GPU
+# a loop iteration launches a kernel per array it updates.
+
+
+def _packed(size: int, dtype: Any, last: tuple[float, ...], reference: Any) -> jax.Array:
+    """[2, size]: hi -inf but `last` at the end, lo 0."""
+    hi = _append(jnp.full((size - len(last),), _NEG_INF, dtype), *last)
+    return varying_like(jnp.stack([hi, jnp.zeros_like(hi)]), reference)
+
+
+def _written(packed: jax.Array, level: Pair, start: jax.Array) -> jax.Array:
+    return jax.lax.dynamic_update_slice(packed, jnp.stack(level), (jnp.int32(0), start))
+
+
+def _unpacked(packed: jax.Array) -> Pair:
+    return packed[0], packed[1]
+
+
+def _forward_tables(schedule: Schedule, weight: jax.Array) -> tuple[Any, jax.Array]:
+    """Per level: (entering slots' source positions [N, C, K], weights)."""
+    in_weight = level_scan.augmented(schedule, weight, _NEG_INF, 0.0)[schedule.levels.in_arc]
+    return schedule.levels.in_src_pos, in_weight
+
+
+def _alpha_level(alpha: jax.Array, tables: Any, tropical: bool) -> tuple[Pair, Any]:
+    """One level's α [C] (and TROPICAL choices) from the packed α."""
+    in_src_pos, in_weight = tables
+    entering = compensated.add(alpha[0][in_src_pos], alpha[1][in_src_pos], in_weight)
+    if tropical:
+        return compensated.max_pair(*entering, 1)
+    return _log_sum_slots(*entering), None
+
+
+def _backward_tables(
+    schedule: Schedule, weight: jax.Array, final_weight: ArrayLeaf
+) -> tuple[Any, jax.Array, jax.Array]:
+    """Per level: (leaving slots' destination positions [N, C, K'], weights,
+    final weights [N, C])."""
+    out_weight = level_scan.augmented(schedule, weight, _NEG_INF, 0.0)[schedule.levels.out_arc]
+    final = _append(final_weight, _NEG_INF)[schedule.levels.pos_state]
+    return schedule.levels.out_dst_pos, out_weight, final
+
+
+def _beta_level(beta: jax.Array, tables: Any, tropical: bool) -> Pair:
+    """One level's β [C] from the packed β."""
+    out_dst_pos, out_weight, final = tables
+    leaving = compensated.add(beta[0][out_dst_pos], beta[1][out_dst_pos], out_weight)
+    # The final weight is one more term of each position's ⊕.
+    if tropical:
+        terms_hi = jnp.concatenate([final[:, None], leaving[0]], axis=1)
+        terms_lo = jnp.concatenate([jnp.zeros_like(final)[:, None], leaving[1]], axis=1)
+        return compensated.max_pair(terms_hi, terms_lo, 1)[0]
+    return _log_sum_slots(*leaving, first=(final, jnp.zeros_like(final)))
+
+
 def forward(schedule: Schedule, weight: ArrayLeaf, *, tropical: bool) -> tuple[Pair, Any]:
     """Forward scores α as pairs [P + 2], and for TROPICAL the choices
     (int32 [N, C] slots) that `level_scan.trace_back` reads."""
     weight = jnp.asarray(weight)
     steps, width = schedule.levels.pos_state.shape
-    in_weight = level_scan.augmented(schedule, weight, _NEG_INF, 0.0)[schedule.levels.in_arc]
+    xs = _forward_tables(schedule, weight)
 
-    def step(alpha: Pair, xs: tuple[jax.Array, Any]) -> tuple[Pair, Any]:
-        index, (in_src_pos, in_weight_step) = xs
-        entering = compensated.add(alpha[0][in_src_pos], alpha[1][in_src_pos], in_weight_step)
-        new, choice = _reduce(*entering, 1, tropical)  # [C]
-        start = (index * width,)
-        alpha = (
-            jax.lax.dynamic_update_slice(alpha[0], new[0], start),
-            jax.lax.dynamic_update_slice(alpha[1], new[1], start),
-        )
-        return alpha, choice
+    def step(alpha: jax.Array, inputs: tuple[jax.Array, Any]) -> tuple[jax.Array, Any]:
+        index, tables = inputs
+        new, choice = _alpha_level(alpha, tables, tropical)
+        return _written(alpha, new, index * width), choice
 
-    hi = _append(jnp.full((steps * width,), _NEG_INF, weight.dtype), _NEG_INF, 0.0)
-    xs = (schedule.levels.in_src_pos, in_weight)
-    alpha, choices = jax.lax.scan(
-        step,
-        varying_like((hi, jnp.zeros_like(hi)), xs),  # inside jax.shard_map xs are per device
-        (jnp.arange(steps, dtype=jnp.int32), xs),
-    )
-    return alpha, choices
+    init = _packed(steps * width + 2, weight.dtype, (_NEG_INF, 0.0), xs)
+    alpha, choices = jax.lax.scan(step, init, (jnp.arange(steps, dtype=jnp.int32), xs))
+    return _unpacked(alpha), choices
 
 
 def backward(
@@ -83,32 +145,46 @@ def backward(
     """Backward scores β (final weights included) as pairs [P + 1]."""
     weight = jnp.asarray(weight)
     steps, width = schedule.levels.pos_state.shape
-    out_weight = level_scan.augmented(schedule, weight, _NEG_INF, 0.0)[schedule.levels.out_arc]
-    final = _append(final_weight, _NEG_INF)[schedule.levels.pos_state]  # [N, C]
+    xs = _backward_tables(schedule, weight, final_weight)
 
-    def step(beta: Pair, xs: tuple[jax.Array, Any]) -> tuple[Pair, None]:
-        index, (out_dst_pos, out_weight_step, final_step) = xs
-        leaving = compensated.add(beta[0][out_dst_pos], beta[1][out_dst_pos], out_weight_step)
-        # The final weight is one more term of each position's ⊕.
-        terms_hi = jnp.concatenate([final_step[:, None], leaving[0]], axis=1)
-        terms_lo = jnp.concatenate([jnp.zeros_like(final_step)[:, None], leaving[1]], axis=1)
-        new, _ = _reduce(terms_hi, terms_lo, 1, tropical)
-        start = (index * width,)
-        beta = (
-            jax.lax.dynamic_update_slice(beta[0], new[0], start),
-            jax.lax.dynamic_update_slice(beta[1], new[1], start),
-        )
-        return beta, None
+    def step(beta: jax.Array, inputs: tuple[jax.Array, Any]) -> tuple[jax.Array, None]:
+        index, tables = inputs
+        return _written(beta, _beta_level(beta, tables, tropical), index * width), None
 
-    hi = jnp.full((steps * width + 1,), _NEG_INF, weight.dtype)
-    xs = (schedule.levels.out_dst_pos, out_weight, final)
-    beta, _ = jax.lax.scan(
-        step,
-        varying_like((hi, jnp.zeros_like(hi)), xs),  # inside jax.shard_map xs are per device
-        (jnp.arange(steps, dtype=jnp.int32), xs),
-        reverse=True,
+    init = _packed(steps * width + 1, weight.dtype, (_NEG_INF,), xs)
+    indices = jnp.arange(steps, dtype=jnp.int32)
+    beta, _ = jax.lax.scan(step, init, (indices, xs), reverse=True)
+    return _unpacked(beta)
+
+
+def _log_scores(
+    schedule: Schedule, weight: jax.Array, final_weight: jax.Array
+) -> tuple[Pair, Pair]:
+    """LOG α [P + 2] and β [P + 1] as pairs, from one scan: α of level i
+    and β of level N - 1 - i read nothing of each other, so each iteration
+    computes both (N sequential steps for the gradient, not 2 N; on a GPU
+    a step's cost is mostly its launches)."""
+    steps, width = schedule.levels.pos_state.shape
+    forward_xs = _forward_tables(schedule, weight)
+    backward_xs = jax.tree_util.tree_map(
+        lambda x: jnp.flip(x, 0), _backward_tables(schedule, weight, final_weight)
     )
-    return beta
+
+    def step(carry: tuple[jax.Array, jax.Array], inputs: Any) -> tuple[Any, None]:
+        alpha, beta = carry
+        index, forward_tables, backward_tables = inputs
+        new_alpha, _ = _alpha_level(alpha, forward_tables, False)
+        new_beta = _beta_level(beta, backward_tables, False)
+        alpha = _written(alpha, new_alpha, index * width)
+        return (alpha, _written(beta, new_beta, (steps - 1 - index) * width)), None
+
+    xs = (jnp.arange(steps, dtype=jnp.int32), forward_xs, backward_xs)
+    init = (
+        _packed(steps * width + 2, weight.dtype, (_NEG_INF, 0.0), xs),
+        _packed(steps * width + 1, weight.dtype, (_NEG_INF,), xs),
+    )
+    (alpha, beta), _ = jax.lax.scan(step, init, xs)
+    return _unpacked(alpha), _unpacked(beta)
 
 
 def _endings(schedule: Schedule, alpha: Pair, final_weight: ArrayLeaf) -> Pair:
@@ -139,8 +215,7 @@ def log_gradients(
     | NaN   | NaN                                                     |
     """
     weight, final_weight = jnp.asarray(weight), jnp.asarray(final_weight)
-    alpha, _ = forward(schedule, weight, tropical=False)
-    beta = backward(schedule, weight, final_weight, tropical=False)
+    alpha, beta = _log_scores(schedule, weight, final_weight)
     z, _ = total(schedule, alpha, final_weight, tropical=False)
     src, dst = schedule.levels.arc_src_pos, schedule.levels.arc_dst_pos
     path = compensated.add_pairs(

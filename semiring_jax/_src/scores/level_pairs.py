@@ -157,34 +157,55 @@ def backward(
     return _unpacked(beta)
 
 
+def _mirrored(positions: Any, steps: int, width: int) -> jax.Array:
+    """Positions of level l moved to level N - 1 - l (an involution); the
+    zero position P and beyond stay."""
+    positions = jnp.asarray(positions)
+    mirror = (steps - 1 - positions // width) * width + positions % width
+    return jnp.where(positions < steps * width, mirror, positions)
+
+
 def _log_scores(
     schedule: Schedule, weight: jax.Array, final_weight: jax.Array
 ) -> tuple[Pair, Pair]:
     """LOG α [P + 2] and β [P + 1] as pairs, from one scan: α of level i
     and β of level N - 1 - i read nothing of each other, so each iteration
     computes both (N sequential steps for the gradient, not 2 N; on a GPU
-    a step's cost is mostly its launches)."""
+    a step's cost is mostly its launches).
+
+    The scan carries one [4, P + 2] array: α's pair, then β's with its
+    levels mirrored (`_mirrored`), so that the two levels an iteration
+    computes sit at the same positions and one dynamic_update_slice writes
+    both."""
     steps, width = schedule.levels.pos_state.shape
     forward_xs = _forward_tables(schedule, weight)
-    backward_xs = jax.tree_util.tree_map(
-        lambda x: jnp.flip(x, 0), _backward_tables(schedule, weight, final_weight)
-    )
+    out_dst_pos, out_weight, final = _backward_tables(schedule, weight, final_weight)
+    backward_xs = (_mirrored(out_dst_pos, steps, width), out_weight, final)
+    backward_xs = jax.tree_util.tree_map(lambda x: jnp.flip(x, 0), backward_xs)
 
-    def step(carry: tuple[jax.Array, jax.Array], inputs: Any) -> tuple[Any, None]:
-        alpha, beta = carry
+    def step(scores: jax.Array, inputs: Any) -> tuple[jax.Array, None]:
         index, forward_tables, backward_tables = inputs
-        new_alpha, _ = _alpha_level(alpha, forward_tables, False)
-        new_beta = _beta_level(beta, backward_tables, False)
-        alpha = _written(alpha, new_alpha, index * width)
-        return (alpha, _written(beta, new_beta, (steps - 1 - index) * width)), None
+        new_alpha, _ = _alpha_level(scores[:2], forward_tables, False)
+        new_beta = _beta_level(scores[2:], backward_tables, False)
+        row = jnp.arange(4)[:, None]  # a select, not a stack: see log_frame_scan._pack
+        new = jnp.where(
+            row < 2,
+            jnp.where(row == 0, new_alpha[0], new_alpha[1]),
+            jnp.where(row == 2, new_beta[0], new_beta[1]),
+        )
+        return jax.lax.dynamic_update_slice(scores, new, (jnp.int32(0), index * width)), None
 
     xs = (jnp.arange(steps, dtype=jnp.int32), forward_xs, backward_xs)
-    init = (
-        _packed(steps * width + 2, weight.dtype, (_NEG_INF, 0.0), xs),
-        _packed(steps * width + 1, weight.dtype, (_NEG_INF,), xs),
+    size = steps * width + 2
+    init = jnp.concatenate(
+        [
+            _packed(size, weight.dtype, (_NEG_INF, 0.0), xs),
+            _packed(size, weight.dtype, (_NEG_INF, _NEG_INF), xs),
+        ]
     )
-    (alpha, beta), _ = jax.lax.scan(step, init, xs)
-    return _unpacked(alpha), _unpacked(beta)
+    scores, _ = jax.lax.scan(step, init, xs)
+    beta = scores[2:, _mirrored(jnp.arange(steps * width + 1), steps, width)]
+    return _unpacked(scores[:2]), _unpacked(beta)
 
 
 def _endings(schedule: Schedule, alpha: Pair, final_weight: ArrayLeaf) -> Pair:

@@ -204,7 +204,9 @@ def _log_scores(
         ]
     )
     scores, _ = jax.lax.scan(step, init, xs)
-    beta = scores[2:, _mirrored(jnp.arange(steps * width + 1), steps, width)]
+    # Levels back in order by a flip, not a gather (a TPU loops over a gather's indices).
+    levels = jnp.flip(scores[2:, : steps * width].reshape(2, steps, width), 1)
+    beta = jnp.concatenate([levels.reshape(2, steps * width), scores[2:, -2:-1]], axis=1)
     return _unpacked(scores[:2]), _unpacked(beta)
 
 

@@ -191,6 +191,34 @@ def _frame_scan_totals(
     return _over_batch(one_utterance, graph, emissions, lengths)
 
 
+# A frame whose largest emission is beyond this magnitude is shifted to 0.
+_HUGE = 2.0**20
+
+
+def _frame_offsets(emissions: jax.Array, lengths: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(emissions [B, T, V] less their frames' offsets, the offsets summed
+    over each utterance's first `lengths` frames [B]).
+
+    A frame's offset is its largest finite emission where that is huge (a
+    -1e30 mask on every column), else 0. Such a frame would round away the
+    O(1) differences between paths on every route (the float or double
+    score it is added to keeps none of them): LOG posteriors came out 0.18
+    off and TROPICAL's best path was wrong. A common offset per frame
+    changes no posterior and no best path, so it is taken out before the
+    recursion and added to the total after it, as a constant (no gradient
+    flows through it). Ordinary frames are left exactly as they are."""
+    top = jnp.max(emissions, axis=-1, initial=-jnp.inf)  # [B, T]; NaN stays NaN
+    huge = jnp.isfinite(top) & (jnp.abs(top) > _HUGE)
+    offset = jax.lax.stop_gradient(jnp.where(huge, top, jnp.zeros_like(top)))
+    active = jnp.arange(emissions.shape[1], dtype=lengths.dtype)[None] < lengths[:, None]
+    return emissions - offset[..., None], jnp.sum(jnp.where(active, offset, 0), axis=1)
+
+
+def _offsets_apply(semiring: Semiring) -> bool:
+    # Only where ⊗ is addition of plain scores does a common shift commute.
+    return bool(semiring.times_is_addition) and semiring.lift is None
+
+
 def _impls(semiring: Semiring) -> dict[str, Callable[..., Any]]:
     return {
         "cpu_kernel": functools.partial(kernel_total, semiring),
@@ -202,7 +230,10 @@ def _impls(semiring: Semiring) -> dict[str, Callable[..., Any]]:
 def total(semiring: Semiring, graph: Fsa, emissions: jax.Array, lengths: jax.Array) -> jax.Array:
     """`dense_tot_score` [B] by the routes of `route_table.DENSE_TOT_SCORE`:
     the CPU kernel (LOG, TROPICAL), the arc scan (LOG) or the frame scan."""
-    return routes.dispatch(
+    offsets = None
+    if _offsets_apply(semiring):
+        emissions, offsets = _frame_offsets(emissions, lengths)
+    totals = routes.dispatch(
         route_table.DENSE_TOT_SCORE,
         _impls(semiring),
         graph,
@@ -211,6 +242,7 @@ def total(semiring: Semiring, graph: Fsa, emissions: jax.Array, lengths: jax.Arr
         dtype=emissions.dtype,
         arithmetic=semiring.arithmetic,
     )
+    return totals if offsets is None else totals + offsets
 
 
 def total_by(
@@ -303,9 +335,11 @@ def _viterbi_decode(
         "cpu_kernel": _kernel_best_columns,
         "frame_scan": frame_scan_columns,
     }
-    return routes.dispatch(
+    emissions, offsets = _frame_offsets(emissions, lengths)
+    columns, scores = routes.dispatch(
         route_table.VITERBI_DECODE, impls, graph, emissions, lengths, dtype=emissions.dtype
     )
+    return columns, scores + offsets
 
 
 def _kernel_best_columns(

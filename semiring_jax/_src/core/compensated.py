@@ -216,3 +216,20 @@ def exp_difference(
     posterior = jnp.minimum(jnp.exp(difference), 1)
     posterior = jnp.where(total_hi == jnp.inf, jnp.nan, posterior)
     return jnp.where(empty, jnp.zeros_like(difference), posterior)
+
+
+def pack(a: Pair, b: Pair) -> jax.Array:
+    """[4, N]: a's hi and lo, then b's, for a scan that carries two pairs
+    of [N] scores (α and β) as one array: on a GPU a loop iteration
+    launches a kernel for each carried array it copies back and each it
+    saves. Selected row by row, not stacked: XLA compiles a stack into one
+    kernel branch per row, each recomputing its pair (twice the code and
+    the compile time), where a select computes each pair once."""
+    row = jnp.arange(4)[:, None]
+    a_hi, a_lo, b_hi, b_lo = (x[None] for x in (*a, *b))
+    return jnp.where(row < 2, jnp.where(row == 0, a_hi, a_lo), jnp.where(row == 2, b_hi, b_lo))
+
+
+def unpack(packed: jax.Array) -> tuple[Pair, Pair]:
+    """The two pairs of a `pack`ed [4, N] array."""
+    return (packed[0], packed[1]), (packed[2], packed[3])

@@ -266,10 +266,9 @@ def state_posteriors(
     of its scores exist, so what is held is what `forward` holds, [T, S]
     pairs, and the occupancies.
 
-    Each loop carries α and β packed into one [4, S] array (`_pack`) and
-    saves the carry it reads, whole: on a GPU an iteration launches a kernel
-    for each carried array it copies back and each array it saves, so one
-    array instead of four makes a step of two frames 5 launches, not 11.
+    Each loop carries α and β as one [4, S] array (`compensated.pack`)
+    and saves the carry it reads, whole: on an H100 a step of two frames
+    is 5 launches, not the 11 of four carried and saved arrays.
     """
     assert slots.label is None  # per-state emissions [T, S]
     size = num_states(slots, slot_weight.shape[0])
@@ -290,8 +289,8 @@ def state_posteriors(
         return _beta_step(slots, beta, _pushed(slots, slot_weight, frame), k < length)
 
     def first(packed: jax.Array, i: jax.Array) -> tuple[jax.Array, jax.Array]:
-        alpha, beta = _unpack(packed)  # α after frame i - 1, β after frame T - 1 - i
-        new = _pack(alpha_after(alpha, i), beta_before(beta, num_frames - 1 - i))
+        alpha, beta = compensated.unpack(packed)  # α after frame i - 1, β after frame T - 1 - i
+        new = compensated.pack(alpha_after(alpha, i), beta_before(beta, num_frames - 1 - i))
         return new, packed  # what it read: a kernel saving `new` would recompute it
 
     beta_end = (
@@ -299,8 +298,8 @@ def state_posteriors(
         varying_like(jnp.zeros_like(final_weight), emissions),
     )
     steps = jnp.arange(half, dtype=jnp.int32)
-    packed, saved = jax.lax.scan(first, _pack(start, beta_end), steps)
-    alpha, beta = _unpack(packed)
+    packed, saved = jax.lax.scan(first, compensated.pack(start, beta_end), steps)
+    alpha, beta = compensated.unpack(packed)
     # saved[k]: α after frame k - 1, β after frame T - 1 - k; α after frame
     # half - 1 and β after frame T - 1 - half, as if saved[half], are `last`.
     last = packed
@@ -316,20 +315,20 @@ def state_posteriors(
     def second(packed: jax.Array, j: jax.Array) -> tuple[jax.Array, jax.Array]:
         # The occupancies read the carry as it comes in, not the step's new
         # scores, so that their kernel does not recompute the step.
-        alpha, beta = _unpack(packed)  # α after frame i - 1, β after frame k
+        alpha, beta = compensated.unpack(packed)  # α after frame i - 1, β after frame k
         i, k = num_frames - half + j, half - 1 - j
         # α after frame k and β after frame i - 1 are saved[k + 1] = saved[half
         # - j]: `last` for j = 0, whose read (clamped into range) goes unused.
         row = jax.lax.dynamic_index_in_dim(saved, half - j, keepdims=False)
-        saved_alpha, saved_beta = _unpack(jnp.where(j == 0, last, row))
+        saved_alpha, saved_beta = compensated.unpack(jnp.where(j == 0, last, row))
         later = _occupancy(alpha, saved_beta, z)  # frame i - 1
         earlier = _occupancy(saved_alpha, beta, z)  # frame k
         occupancies = jnp.stack([later, earlier])
-        return _pack(alpha_after(alpha, i), beta_before(beta, k)), occupancies
+        return compensated.pack(alpha_after(alpha, i), beta_before(beta, k)), occupancies
 
     if half:  # (a scan of no steps still traces its body, which indexes)
-        packed, occupancies = jax.lax.scan(second, _pack(alpha, beta), steps)
-        alpha_end, _ = _unpack(packed)
+        packed, occupancies = jax.lax.scan(second, compensated.pack(alpha, beta), steps)
+        alpha_end, _ = compensated.unpack(packed)
         # later[j]: frame T - half - 1 + j, which for j = 0 is `earlier`'s
         # last or the middle frame; the last frame's β is the final weight.
         later, earlier = occupancies[1:, 0], occupancies[:, 1]
@@ -340,20 +339,6 @@ def state_posteriors(
     (z_hi, z_lo), final_grad = _total_and_stops(alpha_end, final_weight)
     active = (jnp.arange(num_frames, dtype=jnp.int32) < length)[:, None]
     return (z_hi, z_lo), final_grad, jnp.where(active, occupancy, jnp.zeros_like(occupancy))
-
-
-def _pack(alpha: Pair, beta: Pair) -> jax.Array:
-    """[4, S]: α hi, α lo, β hi, β lo. Selected row by row, not stacked:
-    XLA compiles a stack of the four into one kernel branch per row, each
-    recomputing its pair's step (twice the code, and compile time), where a
-    select computes the step once."""
-    row = jnp.arange(4)[:, None]
-    a_hi, a_lo, b_hi, b_lo = (x[None] for x in (*alpha, *beta))
-    return jnp.where(row < 2, jnp.where(row == 0, a_hi, a_lo), jnp.where(row == 2, b_hi, b_lo))
-
-
-def _unpack(packed: jax.Array) -> tuple[Pair, Pair]:
-    return (packed[0], packed[1]), (packed[2], packed[3])
 
 
 def _path(alpha: Pair, beta: Pair) -> Pair:

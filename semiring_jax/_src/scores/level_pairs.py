@@ -187,12 +187,7 @@ def _log_scores(
         index, forward_tables, backward_tables = inputs
         new_alpha, _ = _alpha_level(scores[:2], forward_tables, False)
         new_beta = _beta_level(scores[2:], backward_tables, False)
-        row = jnp.arange(4)[:, None]  # a select, not a stack: see log_frame_scan._pack
-        new = jnp.where(
-            row < 2,
-            jnp.where(row == 0, new_alpha[0], new_alpha[1]),
-            jnp.where(row == 2, new_beta[0], new_beta[1]),
-        )
+        new = compensated.pack(new_alpha, new_beta)
         return jax.lax.dynamic_update_slice(scores, new, (jnp.int32(0), index * width)), None
 
     xs = (jnp.arange(steps, dtype=jnp.int32), forward_xs, backward_xs)
